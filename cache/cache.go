@@ -1,0 +1,177 @@
+// Package cache holds decoded blocks in memory: an LRU bounded in bytes,
+// safe for concurrent readers, where concurrent misses on one block run the
+// decoder once and share its result.
+package cache
+
+import (
+	"container/list"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Key names one block: the stream it belongs to and its index in it.
+type Key struct {
+	Stream uint64
+	Block  int64
+}
+
+// Cache is a byte-bounded LRU of immutable blocks. Blocks handed out must not
+// be modified; an evicted block stays valid for readers that still hold it.
+type Cache struct {
+	capacity int64
+	streams  atomic.Uint64
+
+	mu       sync.Mutex
+	used     int64
+	order    *list.List // front = most recently used; values are *entry
+	entries  map[Key]*list.Element
+	inflight map[Key]*call
+
+	hits, misses, evictions atomic.Int64
+}
+
+type entry struct {
+	key  Key
+	data []byte
+}
+
+// call is a fill in progress that later readers of the same key wait for.
+type call struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// New returns a cache holding at most capacity bytes of blocks.
+func New(capacity int64) *Cache {
+	return &Cache{
+		capacity: capacity,
+		order:    list.New(),
+		entries:  make(map[Key]*list.Element),
+		inflight: make(map[Key]*call),
+	}
+}
+
+// NewStream returns an identifier no other stream of this cache has.
+func (c *Cache) NewStream() uint64 { return c.streams.Add(1) }
+
+// Capacity returns the bound given to New.
+func (c *Cache) Capacity() int64 { return c.capacity }
+
+// Get returns the block for key, calling fill to produce it on a miss.
+// Concurrent Gets of a missing key call fill once and all receive its
+// result. Errors are returned to every waiter and not cached.
+func (c *Cache) Get(key Key, fill func() ([]byte, error)) ([]byte, error) {
+	c.mu.Lock()
+	if el, ok := c.entries[key]; ok {
+		c.order.MoveToFront(el)
+		data := el.Value.(*entry).data
+		c.mu.Unlock()
+		c.hits.Add(1)
+		return data, nil
+	}
+	if cl, ok := c.inflight[key]; ok {
+		c.mu.Unlock()
+		<-cl.done
+		return cl.data, cl.err
+	}
+	cl := &call{done: make(chan struct{})}
+	c.inflight[key] = cl
+	c.mu.Unlock()
+	c.misses.Add(1)
+
+	// Waiters must be released even if fill panics; the panic itself goes on
+	// to the caller's recovery.
+	finished := false
+	defer func() {
+		if !finished {
+			cl.err = fmt.Errorf("cache: decoding block %d of stream %d failed unexpectedly", key.Block, key.Stream)
+		}
+		c.mu.Lock()
+		delete(c.inflight, key)
+		if cl.err == nil {
+			c.insertLocked(key, cl.data)
+		}
+		c.mu.Unlock()
+		close(cl.done)
+	}()
+	cl.data, cl.err = fill()
+	finished = true
+	return cl.data, cl.err
+}
+
+// Peek returns the block for key if it is cached, without filling it.
+func (c *Cache) Peek(key Key) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return nil, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*entry).data, true
+}
+
+// Put stores a block that a decoder produced on its way to another one.
+func (c *Cache) Put(key Key, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Stored even while another caller is filling the same key: that caller
+	// may be waiting for this very decoder and will find the block by Peek.
+	c.insertLocked(key, data)
+}
+
+func (c *Cache) insertLocked(key Key, data []byte) {
+	size := int64(cap(data))
+	if size > c.capacity {
+		return
+	}
+	if el, ok := c.entries[key]; ok {
+		old := el.Value.(*entry)
+		c.used += size - int64(cap(old.data))
+		old.data = data
+		c.order.MoveToFront(el)
+	} else {
+		c.entries[key] = c.order.PushFront(&entry{key: key, data: data})
+		c.used += size
+	}
+	for c.used > c.capacity {
+		last := c.order.Back()
+		e := last.Value.(*entry)
+		c.order.Remove(last)
+		delete(c.entries, e.key)
+		c.used -= int64(cap(e.data))
+		c.evictions.Add(1)
+	}
+}
+
+// Drop removes every block of stream, e.g. when its source changed.
+func (c *Cache) Drop(stream uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, el := range c.entries {
+		if key.Stream == stream {
+			c.order.Remove(el)
+			delete(c.entries, key)
+			c.used -= int64(cap(el.Value.(*entry).data))
+		}
+	}
+}
+
+// Stats is a snapshot of the cache's counters.
+type Stats struct {
+	Used, Capacity          int64
+	Blocks                  int
+	Hits, Misses, Evictions int64
+}
+
+// Stats returns the current counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{
+		Used: c.used, Capacity: c.capacity, Blocks: len(c.entries),
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
+	}
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	units "github.com/docker/go-units"
+)
+
+// defaultCacheSize bounds the decoded-block cache unless --cache-size says
+// otherwise.
+const defaultCacheSize = 512 << 20
+
+// sizeFlag is a byte count given as 512MiB, 512M, 2G or 1073741824; the
+// units are binary (M = MiB), as in dd and docker.
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return units.BytesSize(float64(*s)) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := units.RAMInBytes(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("invalid size %q (use e.g. 512MiB, 2G)", v)
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+func (s *sizeFlag) Type() string { return "size" }
+
+// mountOptions are the -o options ztfs knows.
+type mountOptions struct {
+	allowOther bool
+}
+
+// parseOptions reads -o values, each a comma-separated list as in mount(8).
+func parseOptions(values []string) (mountOptions, error) {
+	var o mountOptions
+	for _, v := range values {
+		for _, opt := range strings.Split(v, ",") {
+			switch strings.TrimSpace(opt) {
+			case "":
+			case "allow_other":
+				o.allowOther = true
+			case "ro":
+				// Every ztfs mount is read-only.
+			default:
+				return o, fmt.Errorf("unknown mount option %q (known: allow_other, ro)", opt)
+			}
+		}
+	}
+	return o, nil
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	units "github.com/docker/go-units"
+	"github.com/spf13/cobra"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/digest"
+	"github.com/ztfs/ztfs/internal/session"
+)
+
+func newInspectCommand() *cobra.Command {
+	var asJSON, verify bool
+	cmd := &cobra.Command{
+		Use:   "inspect [--json] [--verify] SOURCE",
+		Short: "Print what a mount of SOURCE would show, without FUSE",
+		Long: `Print a table of the tensors in SOURCE: name, shape, dtype, layout, stored and
+decoded size, encoding. With --json print exactly the manifest.json a mount of
+SOURCE shows. With --verify also check every digest the file records (over the
+stored bytes) and exit with status 1 if one does not match.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runInspect(args[0], asJSON, verify, os.Stdout, os.Stderr)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print manifest.json")
+	cmd.Flags().BoolVar(&verify, "verify", false, "check every recorded digest")
+	return cmd
+}
+
+func runInspect(source string, asJSON, verify bool, stdout, stderr io.Writer) error {
+	s, err := session.Open(source, session.Options{CacheSize: 64 << 20})
+	if err != nil {
+		return withCode(exitError, err)
+	}
+	defer s.Close()
+	if asJSON {
+		if _, err := stdout.Write(s.Tree.Manifest); err != nil {
+			return withCode(exitError, err)
+		}
+	} else {
+		printTable(stdout, source, s.Container)
+	}
+	if !verify {
+		return nil
+	}
+	report := stdout
+	if asJSON {
+		report = stderr // keep stdout exactly manifest.json
+	}
+	return withCode(exitError, verifyDigests(report, source, s))
+}
+
+func printTable(w io.Writer, source string, c *formats.Container) {
+	version := c.FormatVersion
+	if version == "" {
+		version = "-"
+	}
+	fmt.Fprintf(w, "%s: %s %s, %d tensors", source, c.Format, version, len(c.Tensors))
+	if len(c.Files) > 0 {
+		fmt.Fprintf(w, ", %d files", len(c.Files))
+	}
+	fmt.Fprintln(w)
+	if len(c.Attributes) > 0 {
+		keys := make([]string, 0, len(c.Attributes))
+		for k := range c.Attributes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s = %v\n", k, c.Attributes[k])
+		}
+	}
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSHAPE\tDTYPE\tLAYOUT\tSTORED\tDECODED\tENCODING\tNOTE")
+	for _, t := range c.Tensors {
+		var stored uint64
+		decoded, known := int64(0), true
+		encodings := []string{}
+		for _, comp := range t.Components {
+			stored += comp.Length
+			if comp.Size < 0 {
+				known = false
+			} else {
+				decoded += comp.Size
+			}
+			if !slices.Contains(encodings, string(comp.Encoding)) {
+				encodings = append(encodings, string(comp.Encoding))
+			}
+		}
+		decodedText := "?"
+		if known {
+			decodedText = humanSize(decoded)
+		}
+		note := ""
+		if t.Logical == nil {
+			note = "no tensor.npy: " + t.Unsupported
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printableName(t.Name), shapeText(t.Shape), t.DType, t.Layout,
+			humanSize(int64(stored)), decodedText, strings.Join(encodings, "+"), note)
+	}
+	tw.Flush()
+}
+
+// verifyDigests checks every recorded digest and reports each result.
+func verifyDigests(w io.Writer, source string, s *session.Session) error {
+	checked, failed := 0, 0
+	for _, t := range s.Container.Tensors {
+		for _, c := range t.Components {
+			if c.Digest == "" {
+				continue
+			}
+			where := fmt.Sprintf("tensor %q: component %q", t.Name, c.Role)
+			err := digest.Check(s.Source, int64(c.Offset), int64(c.Length), c.Digest)
+			var mismatch *digest.MismatchError
+			switch {
+			case err == nil:
+				checked++
+				fmt.Fprintf(w, "ok        %s: %s\n", where, c.Digest)
+			case errors.Is(err, digest.ErrUnverifiable):
+				fmt.Fprintf(w, "skipped   %s: %v\n", where, err)
+			case errors.As(err, &mismatch):
+				checked++
+				failed++
+				fmt.Fprintf(w, "MISMATCH  %s: %v\n", where, err)
+			default:
+				failed++
+				fmt.Fprintf(w, "ERROR     %s: %v\n", where, err)
+			}
+		}
+	}
+	fmt.Fprintf(w, "%d digests checked, %d failed\n", checked, failed)
+	if failed > 0 {
+		return fmt.Errorf("%s: %d of the recorded digests do not match", source, failed)
+	}
+	return nil
+}
+
+func shapeText(shape []uint64) string {
+	parts := make([]string, len(shape))
+	for i, d := range shape {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+func humanSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%dB", n)
+	}
+	return units.BytesSize(float64(n))
+}
+
+// printableName shows a name on one line: control characters as Go escapes.
+func printableName(name string) string {
+	for _, r := range name {
+		if r < 0x20 || r == 0x7F || r == '\t' {
+			return fmt.Sprintf("%q", name)
+		}
+	}
+	if name == "" {
+		return `""`
+	}
+	return name
+}

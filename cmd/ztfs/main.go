@@ -1,0 +1,74 @@
+// Command ztfs mounts a tensor container file (zTensor, safetensors) as a
+// read-only directory tree, and prints or extracts what such a mount shows
+// without FUSE.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is the release this binary reports.
+const version = "0.1.0"
+
+// Exit codes, documented in the README.
+const (
+	exitOK       = 0
+	exitError    = 1 // bad input, failed mount, failed read, digest mismatch
+	exitUsage    = 2 // wrong command line
+	exitNotMount = 3 // unmount: not a ztfs mount
+)
+
+// codedError carries an exit code through cobra.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+// withCode attaches an exit code to err; nil stays nil.
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &codedError{code, err}
+}
+
+func main() {
+	root := newRootCommand()
+	err := root.Execute()
+	if err == nil {
+		os.Exit(exitOK)
+	}
+	fmt.Fprintf(os.Stderr, "ztfs: %v\n", err)
+	var coded *codedError
+	if errors.As(err, &coded) {
+		os.Exit(coded.code)
+	}
+	os.Exit(exitUsage) // cobra's own errors are about the command line
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ztfs",
+		Short: "Mount tensor container files as read-only directory trees",
+		Long: `ztfs turns one tensor container file (zTensor v0.1/v1.x, safetensors) into a
+read-only directory tree: manifest.json, one directory per tensor with its
+meta.json, one file per stored component and a tensor.npy holding the logical
+tensor, readable with cat, dd, jq and numpy.load.`,
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetVersionTemplate("ztfs {{.Version}}\n")
+	root.AddCommand(newMountCommand(), newUnmountCommand(), newInspectCommand(), newCatCommand())
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%s: %w (see 'ztfs %s --help')", c.Name(), err, c.Name())
+	})
+	return root
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	ztfs "github.com/ztfs/ztfs/fs"
+	"github.com/ztfs/ztfs/internal/session"
+)
+
+type mountFlags struct {
+	foreground bool
+	cacheSize  sizeFlag
+	options    []string
+	debug      bool
+	verify     bool
+	logFile    string
+	readyFd    int // set by a parent ztfs waiting for its background server
+}
+
+func newMountCommand() *cobra.Command {
+	f := mountFlags{cacheSize: defaultCacheSize, readyFd: -1}
+	cmd := &cobra.Command{
+		Use:   "mount [flags] SOURCE MOUNTPOINT",
+		Short: "Mount a container file read-only at MOUNTPOINT",
+		Long: `Mount the container file SOURCE read-only at the directory MOUNTPOINT.
+
+SOURCE is checked first: an unreadable, unknown or corrupt file is a one-line
+error and nothing is mounted. By default the command returns once the mount
+serves, leaving a background server that runs until the mount is unmounted
+(ztfs unmount, umount or fusermount3 -u). With -f it stays in the foreground;
+Ctrl-C or SIGTERM then unmounts.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMount(cmd, args[0], args[1], f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVarP(&f.foreground, "foreground", "f", false, "stay in the foreground; log to stderr")
+	fl.Var(&f.cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units)")
+	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other")
+	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
+	fl.BoolVar(&f.verify, "verify", false, "check each component's digest before serving its first byte; mismatches read as EIO")
+	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else syslog)")
+	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
+	_ = fl.MarkHidden("ready-fd")
+	return cmd
+}
+
+func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error {
+	opts, err := parseOptions(f.options)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	if f.debug {
+		f.foreground = true
+	}
+	if !f.foreground && f.readyFd < 0 {
+		return withCode(exitError, startBackground(source, mountpoint))
+	}
+	ready := func(error) {}
+	if f.readyFd >= 0 {
+		pipe := os.NewFile(uintptr(f.readyFd), "ready")
+		ready = func(err error) {
+			if err != nil {
+				fmt.Fprintf(pipe, "%v\n", err)
+			} else {
+				fmt.Fprintln(pipe, "ready")
+			}
+			pipe.Close()
+		}
+	}
+	logger, err := openLog(f)
+	if err != nil {
+		ready(err)
+		return withCode(exitError, err)
+	}
+	err = serve(source, mountpoint, f, opts, logger, ready)
+	if err != nil {
+		ready(err)
+		return withCode(exitError, err)
+	}
+	return nil
+}
+
+// serve opens source, mounts it and serves until the mount goes away.
+func serve(source, mountpoint string, f mountFlags, opts mountOptions, logger *log.Logger, ready func(error)) error {
+	if err := checkMountpoint(mountpoint); err != nil {
+		return err
+	}
+	logf := dedupLogf(logger)
+	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: f.verify, Logf: logf})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	abs, _ := filepath.Abs(source)
+	var debugLog *log.Logger
+	if f.debug {
+		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
+	}
+	server, err := ztfs.Mount(mountpoint, s.Tree,
+		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(), Check: s.Source.Check, Logf: logf},
+		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog})
+	if err != nil {
+		return fmt.Errorf("%s: mount: %w", mountpoint, err)
+	}
+	logf("serving %s at %s", source, mountpoint)
+	ready(nil)
+
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		for sig := range signals {
+			logf("%v: unmounting %s", sig, mountpoint)
+			if err := server.Unmount(); err != nil {
+				// Busy: detach now, exit once the last reader is gone.
+				logf("unmount: %v; detaching lazily", err)
+				if err := syscall.Unmount(mountpoint, syscall.MNT_DETACH); err != nil {
+					logf("lazy unmount: %v", err)
+				}
+			}
+		}
+	}()
+	server.Wait()
+	signal.Stop(signals)
+	close(signals)
+	return nil
+}
+
+// checkMountpoint refuses a mountpoint that is not a directory or that
+// already has something mounted on it, naming a mount whose server died.
+func checkMountpoint(mountpoint string) error {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return err
+	}
+	if fstype, err := mountType(abs); err == nil && fstype != "" {
+		if serverGone(abs) {
+			return fmt.Errorf("%s: a mount whose server has exited is still there; run 'ztfs unmount %s' first", mountpoint, mountpoint)
+		}
+		return fmt.Errorf("%s: already a mount point (%s); unmount it first", mountpoint, fstype)
+	}
+	st, err := os.Stat(mountpoint)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s: not a directory", mountpoint)
+	}
+	return nil
+}
+
+// serverGone reports whether the FUSE mount at path has lost its server.
+// statfs always reaches the server, unlike a stat the kernel may answer
+// from its cache.
+func serverGone(path string) bool {
+	var st syscall.Statfs_t
+	return errors.Is(syscall.Statfs(path, &st), syscall.ENOTCONN)
+}
+
+// startBackground starts this program again as the server, in the
+// foreground of a new session, and returns once it reports that the mount
+// serves (or why it could not).
+func startBackground(source, mountpoint string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	args := append([]string{"mount", "--ready-fd", "3"}, serverArgs(os.Args[1:])...)
+	child := exec.Command(exe, args...)
+	child.ExtraFiles = []*os.File{w}
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	child.Stdin, child.Stdout, child.Stderr = devnull, devnull, devnull
+	if err := child.Start(); err != nil {
+		w.Close()
+		return err
+	}
+	w.Close()
+	msg, _ := io.ReadAll(bufio.NewReader(r))
+	line := strings.TrimSpace(string(msg))
+	if line == "ready" {
+		_ = child.Process.Release()
+		return nil
+	}
+	state, _ := child.Process.Wait()
+	if line == "" {
+		return fmt.Errorf("%s: the server exited before the mount was ready (%v)", mountpoint, state)
+	}
+	return errors.New(line)
+}
+
+// serverArgs returns the mount command line for the background server: the
+// user's own arguments after "mount".
+func serverArgs(args []string) []string {
+	for i, a := range args {
+		if a == "mount" {
+			return args[i+1:]
+		}
+	}
+	return args
+}
+
+// openLog returns where the server logs: stderr in the foreground, the
+// --log-file if given, else syslog, else nowhere.
+func openLog(f mountFlags) (*log.Logger, error) {
+	if f.logFile != "" {
+		out, err := os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		return log.New(out, "ztfs["+strconv.Itoa(os.Getpid())+"]: ", log.LstdFlags), nil
+	}
+	if f.foreground && f.readyFd < 0 {
+		return log.New(os.Stderr, "ztfs: ", log.LstdFlags), nil
+	}
+	return syslogLogger(), nil
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func newUnmountCommand() *cobra.Command {
+	var lazy bool
+	cmd := &cobra.Command{
+		Use:   "unmount [-z] MOUNTPOINT",
+		Short: "Unmount a ztfs mount",
+		Long: `Unmount the ztfs mount at MOUNTPOINT; its server then exits. A mount whose
+server has died is cleaned up as well. With -z a busy mount is detached at
+once and goes away when its last user does.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runUnmount(args[0], lazy)
+		},
+	}
+	cmd.Flags().BoolVarP(&lazy, "lazy", "z", false, "detach a busy mount now, finish when it is no longer in use")
+	return cmd
+}
+
+func runUnmount(mountpoint string, lazy bool) error {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return withCode(exitError, err)
+	}
+	fstype, err := mountType(abs)
+	if err != nil {
+		return withCode(exitError, err)
+	}
+	if fstype == "" {
+		return withCode(exitNotMount, fmt.Errorf("%s: not a mount point", mountpoint))
+	}
+	if fstype != "fuse.ztfs" {
+		return withCode(exitNotMount, fmt.Errorf("%s: not a ztfs mount (type %s)", mountpoint, fstype))
+	}
+	dead := serverGone(abs)
+	if err := unmount(abs, lazy); err != nil {
+		if errors.Is(err, syscall.EBUSY) {
+			return withCode(exitError, fmt.Errorf("%s: busy (a process is using it); use -z to detach it lazily", mountpoint))
+		}
+		return withCode(exitError, fmt.Errorf("%s: %w", mountpoint, err))
+	}
+	if dead {
+		fmt.Fprintf(os.Stderr, "ztfs: %s: its server had exited; the stale mount is removed\n", mountpoint)
+	}
+	return nil
+}
+
+// unmount asks the kernel directly when allowed, else fusermount3.
+func unmount(path string, lazy bool) error {
+	if os.Geteuid() == 0 {
+		flags := 0
+		if lazy {
+			flags = syscall.MNT_DETACH
+		}
+		return syscall.Unmount(path, flags)
+	}
+	for _, tool := range []string{"fusermount3", "fusermount"} {
+		bin, err := exec.LookPath(tool)
+		if err != nil {
+			continue
+		}
+		args := []string{"-u"}
+		if lazy {
+			args = append(args, "-z")
+		}
+		out, err := exec.Command(bin, append(args, path)...).CombinedOutput()
+		if err != nil {
+			msg := strings.TrimSpace(string(out))
+			if strings.Contains(msg, "busy") {
+				return syscall.EBUSY
+			}
+			return fmt.Errorf("%s: %s", tool, msg)
+		}
+		return nil
+	}
+	return errors.New("unmounting as a non-root user needs fusermount3 (Debian package fuse3)")
+}
+
+// mountType returns the file system type mounted at path, per
+// /proc/self/mountinfo, or "" when nothing is mounted there.
+func mountType(path string) (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	found := ""
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 10 || unescapeMountinfo(fields[4]) != path {
+			continue
+		}
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) {
+				found = fields[i+1] // the last mount on a path is the visible one
+				break
+			}
+		}
+	}
+	return found, sc.Err()
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			v := 0
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + int(c-'0')
+			}
+			if ok {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

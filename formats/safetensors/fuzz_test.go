@@ -1,0 +1,55 @@
+package safetensors
+
+import (
+	"bytes"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzOpen checks that Open never panics and that whatever it accepts
+// keeps the model's promises (components inside the file, the data buffer
+// covered exactly, lengths equal to shape × bits / 8) and survives a trip
+// through Write.
+func FuzzOpen(f *testing.F) {
+	err := filepath.WalkDir(fixtureDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".safetensors") {
+			return err
+		}
+		rel, _ := filepath.Rel(fixtureDir, path)
+		f.Add(readFixture(f, rel))
+		return nil
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, c := range hostileCases() {
+		f.Add(c.file)
+	}
+	for _, c := range lenientCases() {
+		f.Add(c.file)
+	}
+	f.Add(mkfile(`{"__metadata__":{"k":"v"},"a":{"dtype":"F4","shape":[2,2],"data_offsets":[0,2]},"b":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[2,5]}}`, make([]byte, 5)))
+	f.Fuzz(func(t *testing.T, file []byte) {
+		c, err := openBytes(file)
+		if err != nil {
+			if msg := err.Error(); msg == "" || strings.ContainsAny(msg, "\n\r") {
+				t.Fatalf("bad error message %q", msg)
+			}
+			return
+		}
+		checkInvariants(t, c, file)
+		// Whatever opens can be written again, with the same contents.
+		specs, meta := specsFrom(c, file)
+		var out bytes.Buffer
+		if err := Write(&out, meta, specs); err != nil {
+			t.Fatalf("rewriting: %v", err)
+		}
+		c2, err := openBytes(out.Bytes())
+		if err != nil {
+			t.Fatalf("reopening the rewritten file: %v", err)
+		}
+		sameContents(t, c, file, c2, out.Bytes())
+	})
+}

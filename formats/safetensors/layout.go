@@ -1,0 +1,85 @@
+package safetensors
+
+import (
+	"cmp"
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+// checkLayout applies rules 6 to 10 to the entries of a header whose data
+// buffer holds dataSize bytes: sorted by (begin, end), the tensors must tile
+// the buffer exactly, and each must be exactly as long as its shape and
+// dtype say. Like the official reader it checks one tensor at a time, in
+// offset order. It sorts entries in place.
+func checkLayout(entries []entry, dataSize uint64) error {
+	// Ties only happen between zero-size tensors or on overlaps; the name
+	// makes the order, and so the tensor an error names, deterministic.
+	slices.SortFunc(entries, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.begin, b.begin), cmp.Compare(a.end, b.end), cmp.Compare(a.name, b.name))
+	})
+	var prevEnd uint64
+	prevName := ""
+	for i := range entries {
+		e := &entries[i]
+		if err := checkOffsets(e, i, prevName, prevEnd); err != nil {
+			return err
+		}
+		prevEnd, prevName = e.end, e.name
+		if err := checkSize(e); err != nil {
+			return err
+		}
+	}
+	switch {
+	case prevEnd > dataSize:
+		return fmt.Errorf("tensor %q: data ends at %d but the data buffer holds only %d bytes (file truncated?)",
+			prevName, prevEnd, dataSize)
+	case prevEnd < dataSize && len(entries) == 0:
+		return fmt.Errorf("%d bytes after the header, which declares no tensor data", dataSize)
+	case prevEnd < dataSize:
+		return fmt.Errorf("%d bytes after the last tensor", dataSize-prevEnd)
+	}
+	return nil
+}
+
+// checkOffsets applies rule 6 to e, the i-th entry in offset order.
+func checkOffsets(e *entry, i int, prevName string, prevEnd uint64) error {
+	switch {
+	case e.end < e.begin:
+		return fmt.Errorf("tensor %q: data_offsets [%d, %d] end before they begin", e.name, e.begin, e.end)
+	case e.begin == prevEnd:
+		return nil
+	case i == 0:
+		return fmt.Errorf("tensor %q: data starts at %d but the first tensor must start at 0", e.name, e.begin)
+	case e.begin < prevEnd:
+		return fmt.Errorf("tensor %q: data starts at %d but the previous tensor %q ends at %d: the tensors overlap",
+			e.name, e.begin, prevName, prevEnd)
+	default:
+		return fmt.Errorf("tensor %q: data starts at %d but the previous tensor %q ends at %d: %d unused bytes between them",
+			e.name, e.begin, prevName, prevEnd, e.begin-prevEnd)
+	}
+}
+
+// checkSize applies rules 7 to 9 to e.
+func checkSize(e *entry) error {
+	n, err := formats.ElementCount(e.shape)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %v", e.name, err)
+	}
+	info, _ := e.dtype.Info()
+	hi, nbits := bits.Mul64(n, uint64(info.Bits))
+	if hi != 0 {
+		return fmt.Errorf("tensor %q: %d elements of %s: bit count overflows 64 bits", e.name, n, e.dtypeName)
+	}
+	if nbits%8 != 0 {
+		return fmt.Errorf("tensor %q: %d elements of %s (%d bits each) do not fill whole bytes",
+			e.name, n, e.dtypeName, info.Bits)
+	}
+	if want, got := nbits/8, e.end-e.begin; got != want {
+		return fmt.Errorf("tensor %q: data_offsets [%d, %d] span %d bytes but shape %v of %s needs %d",
+			e.name, e.begin, e.end, got, e.shape, e.dtypeName, want)
+	}
+	return nil
+}

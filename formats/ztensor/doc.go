@@ -1,0 +1,16 @@
+// Package ztensor reads and writes zTensor containers v0.1, v1.0, v1.1 and
+// v1.2.
+//
+// Open parses the index of a file into the format-neutral model of package
+// formats without reading any tensor bytes. It rejects structural damage
+// (bad magic, a manifest that does not fit, misaligned or out-of-bounds
+// components, sizes that contradict the shape) and is lenient about
+// vocabulary: an unknown dtype, encoding, logical type or format makes only
+// the tensor using it unsupported.
+//
+// Writer writes v1.1 files as the reference writer lays them out, streaming
+// every component so that tensors of any size pass through in constant
+// memory.
+//
+// The v2 container (magic 89 5A 54 32 0D 0A 1A 0A) is recognised and refused.
+package ztensor

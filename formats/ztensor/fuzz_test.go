@@ -1,0 +1,105 @@
+package ztensor
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+func FuzzOpen(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join(fixtures, "*", "*", "*.zt"))
+	if err != nil || len(files) < 100 {
+		f.Fatalf("fixtures: %d files, %v", len(files), err)
+	}
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, file []byte) {
+		c, err := openBytes(file)
+		if err != nil {
+			return
+		}
+		checkInvariants(t, c, uint64(len(file)))
+	})
+}
+
+// checkInvariants states what every successfully opened file promises.
+func checkInvariants(t *testing.T, c *formats.Container, size uint64) {
+	t.Helper()
+	if c.Format != "ztensor" || c.Attributes == nil {
+		t.Fatalf("container %q attributes %v", c.Format, c.Attributes)
+	}
+	for i, x := range c.Tensors {
+		if i > 0 && c.Tensors[i-1].Name >= x.Name {
+			t.Fatalf("tensors out of order: %q, %q", c.Tensors[i-1].Name, x.Name)
+		}
+		if x.Shape == nil || x.Attributes == nil {
+			t.Fatalf("tensor %q: nil shape or attributes", x.Name)
+		}
+		if _, err := formats.ElementCount(x.Shape); err != nil {
+			t.Fatalf("tensor %q: %v", x.Name, err)
+		}
+		if (x.Logical == nil) == (x.Unsupported == "") {
+			t.Fatalf("tensor %q: Logical %v with Unsupported %q", x.Name, x.Logical, x.Unsupported)
+		}
+		for j, comp := range x.Components {
+			if j > 0 && x.Components[j-1].Role >= comp.Role {
+				t.Fatalf("tensor %q: components out of order", x.Name)
+			}
+			if comp.Offset > size || comp.Length > size-comp.Offset {
+				t.Fatalf("tensor %q: component %q [%d, +%d) outside the %d-byte file", x.Name, comp.Role, comp.Offset, comp.Length, size)
+			}
+			if comp.Offset%64 != 0 {
+				t.Fatalf("tensor %q: component %q at %d", x.Name, comp.Role, comp.Offset)
+			}
+			if comp.Size < -1 || (comp.Size == -1 && comp.MaxSize == 0) {
+				t.Fatalf("tensor %q: component %q size %d max %d", x.Name, comp.Role, comp.Size, comp.MaxSize)
+			}
+			if !comp.Encoding.Known() && x.Logical != nil {
+				t.Fatalf("tensor %q: recipe over encoding %q", x.Name, comp.Encoding)
+			}
+		}
+		checkRecipe(t, x)
+	}
+}
+
+func checkRecipe(t *testing.T, x *formats.Tensor) {
+	t.Helper()
+	var arrays []formats.Array
+	var count *formats.Count
+	switch l := x.Logical.(type) {
+	case nil:
+		return
+	case formats.Dense:
+		if x.Component(l.Role) == nil || !l.DType.Known() {
+			t.Fatalf("tensor %q: dense recipe %+v", x.Name, l)
+		}
+		return
+	case formats.SparseCSR:
+		if len(x.Shape) != 2 {
+			t.Fatalf("tensor %q: CSR of shape %v", x.Name, x.Shape)
+		}
+		arrays, count = []formats.Array{l.Values, l.Indices, l.Indptr}, &l.NNZ
+	case formats.SparseCOO:
+		if len(x.Shape) == 0 || len(l.Coords) != len(x.Shape) {
+			t.Fatalf("tensor %q: COO of shape %v with %d coordinate arrays", x.Name, x.Shape, len(l.Coords))
+		}
+		arrays, count = append([]formats.Array{l.Values}, l.Coords...), &l.NNZ
+	default:
+		t.Fatalf("tensor %q: recipe %T", x.Name, l)
+	}
+	if x.Component(count.Role) == nil || count.Per == 0 {
+		t.Fatalf("tensor %q: count %+v", x.Name, *count)
+	}
+	for _, a := range arrays {
+		if x.Component(a.Role) == nil || a.DType.Width() == 0 || a.Stride == 0 {
+			t.Fatalf("tensor %q: array %+v", x.Name, a)
+		}
+	}
+}

@@ -1,0 +1,334 @@
+package ztensor
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/ztfs/ztfs/formats"
+)
+
+const fixtures = "../../testdata/ztensor"
+
+func readFixture(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func openBytes(b []byte) (*formats.Container, error) {
+	return Open(bytes.NewReader(b), int64(len(b)))
+}
+
+func mustOpen(t testing.TB, b []byte) *formats.Container {
+	t.Helper()
+	c, err := openBytes(b)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return c
+}
+
+func tensorNamed(t testing.TB, c *formats.Container, name string) *formats.Tensor {
+	t.Helper()
+	for _, x := range c.Tensors {
+		if x.Name == name {
+			return x
+		}
+	}
+	t.Fatalf("no tensor %q", name)
+	return nil
+}
+
+// stored returns the stored bytes of a component.
+func stored(t testing.TB, file []byte, c *formats.Component) []byte {
+	t.Helper()
+	if c.Offset > uint64(len(file)) || c.Length > uint64(len(file))-c.Offset {
+		t.Fatalf("component %q [%d, +%d) lies outside the %d-byte file", c.Role, c.Offset, c.Length, len(file))
+	}
+	return file[c.Offset : c.Offset+c.Length]
+}
+
+// decoded returns the decoded, little-endian bytes of a component, checking
+// the decoded size against Size.
+func decoded(t testing.TB, file []byte, c *formats.Component) []byte {
+	t.Helper()
+	b := stored(t, file, c)
+	switch c.Encoding {
+	case formats.Raw:
+	case formats.Zstd:
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dec.Close()
+		if b, err = dec.DecodeAll(b, nil); err != nil {
+			t.Fatalf("component %q: zstd: %v", c.Role, err)
+		}
+	default:
+		t.Fatalf("component %q: encoding %q", c.Role, c.Encoding)
+	}
+	if c.Size >= 0 && int64(len(b)) != c.Size {
+		t.Fatalf("component %q: decoded %d bytes, Size says %d", c.Role, len(b), c.Size)
+	}
+	if c.Size < 0 && uint64(len(b)) > c.MaxSize {
+		t.Fatalf("component %q: decoded %d bytes, MaxSize %d", c.Role, len(b), c.MaxSize)
+	}
+	if c.BigEndian {
+		w := c.DType.Width()
+		if info, _ := c.DType.Info(); info.SwapUnit > 0 {
+			w = info.SwapUnit
+		}
+		b = append([]byte{}, b...)
+		for i := 0; i+w <= len(b); i += w {
+			for l, r := i, i+w-1; l < r; l, r = l+1, r-1 {
+				b[l], b[r] = b[r], b[l]
+			}
+		}
+	}
+	return b
+}
+
+// checkDigest verifies a component's digest over its stored bytes.
+func checkDigest(t testing.TB, file []byte, c *formats.Component) {
+	t.Helper()
+	if c.Digest == "" {
+		return
+	}
+	if want := digestOf(t, stored(t, file, c), c.Digest); c.Digest != want {
+		t.Errorf("component %q: digest %s, stored bytes give %s", c.Role, c.Digest, want)
+	}
+}
+
+// digestOf computes the digest of b with the algorithm named in like.
+func digestOf(t testing.TB, b []byte, like string) string {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(like, "crc32c:0x"):
+		return fmt.Sprintf("crc32c:0x%08X", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	case strings.HasPrefix(like, "sha256:"):
+		sum := sha256.Sum256(b)
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	t.Fatalf("unexpected digest %q", like)
+	return ""
+}
+
+// element reads element i of an array of d at off in b as float64s (two for
+// complex types).
+func element(t testing.TB, b []byte, off uint64, d formats.DType) []float64 {
+	t.Helper()
+	w := uint64(d.Width())
+	if w == 0 || off > uint64(len(b)) || w > uint64(len(b))-off {
+		t.Fatalf("element of %s at %d outside %d bytes", d, off, len(b))
+	}
+	e := b[off : off+w]
+	le := binary.LittleEndian
+	switch d {
+	case formats.F64:
+		return []float64{math.Float64frombits(le.Uint64(e))}
+	case formats.F32:
+		return []float64{float64(math.Float32frombits(le.Uint32(e)))}
+	case formats.F16:
+		return []float64{half(le.Uint16(e))}
+	case formats.BF16:
+		return []float64{float64(math.Float32frombits(uint32(le.Uint16(e)) << 16))}
+	case formats.F8E4M3:
+		return []float64{e4m3(e[0])}
+	case formats.F8E5M2:
+		return []float64{half(uint16(e[0]) << 8)}
+	case formats.Complex64:
+		return []float64{float64(math.Float32frombits(le.Uint32(e))), float64(math.Float32frombits(le.Uint32(e[4:])))}
+	case formats.Complex128:
+		return []float64{math.Float64frombits(le.Uint64(e)), math.Float64frombits(le.Uint64(e[8:]))}
+	case formats.I64:
+		return []float64{float64(int64(le.Uint64(e)))}
+	case formats.I32:
+		return []float64{float64(int32(le.Uint32(e)))}
+	case formats.I16:
+		return []float64{float64(int16(le.Uint16(e)))}
+	case formats.I8:
+		return []float64{float64(int8(e[0]))}
+	case formats.U64:
+		return []float64{float64(le.Uint64(e))}
+	case formats.U32:
+		return []float64{float64(le.Uint32(e))}
+	case formats.U16:
+		return []float64{float64(le.Uint16(e))}
+	case formats.U8, formats.Bool:
+		return []float64{float64(e[0])}
+	}
+	t.Fatalf("no test decoding for %s", d)
+	return nil
+}
+
+func half(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	exp, mant := int(h>>10&0x1f), float64(h&0x3ff)
+	switch exp {
+	case 0:
+		return sign * mant / 1024 * math.Pow(2, -14)
+	case 31:
+		if mant == 0 {
+			return math.Inf(int(sign))
+		}
+		return math.NaN()
+	}
+	return sign * (1 + mant/1024) * math.Pow(2, float64(exp-15))
+}
+
+func e4m3(b byte) float64 {
+	sign := 1.0
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	exp, mant := int(b>>3&0xf), float64(b&7)
+	if exp == 15 && mant == 7 {
+		return math.NaN()
+	}
+	if exp == 0 {
+		return sign * mant / 8 * math.Pow(2, -6)
+	}
+	return sign * (1 + mant/8) * math.Pow(2, float64(exp-7))
+}
+
+// array reads n elements of a as float64s (the first of each element) from
+// the decoded components, checking Exact.
+func array(t testing.TB, comps map[string][]byte, a formats.Array, nnz, n uint64) []float64 {
+	t.Helper()
+	b, ok := comps[a.Role]
+	if !ok {
+		t.Fatalf("array over missing component %q", a.Role)
+	}
+	base, ok := a.Offset.At(nnz)
+	if !ok {
+		t.Fatalf("array offset overflows")
+	}
+	out := make([]float64, n)
+	for i := uint64(0); i < n; i++ {
+		out[i] = element(t, b, base+i*a.Stride, a.DType)[0]
+	}
+	if a.Exact && n > 0 {
+		if end := base + (n-1)*a.Stride + uint64(a.DType.Width()); end != uint64(len(b)) {
+			t.Fatalf("array over %q ends at %d, component has %d bytes", a.Role, end, len(b))
+		}
+	}
+	return out
+}
+
+// densify builds the logical tensor from its recipe as float64s (real and
+// imaginary parts in turn for complex types): the test's own small pipeline.
+func densify(t testing.TB, file []byte, x *formats.Tensor) []float64 {
+	t.Helper()
+	comps := make(map[string][]byte)
+	for _, c := range x.Components {
+		comps[c.Role] = decoded(t, file, c)
+	}
+	n, err := formats.ElementCount(x.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch l := x.Logical.(type) {
+	case formats.Dense:
+		b := comps[l.Role]
+		size, err := formats.ByteSize(n, l.DType)
+		if err != nil || size != uint64(len(b)) {
+			t.Fatalf("dense %q: %d bytes, want %d (%v)", x.Name, len(b), size, err)
+		}
+		var out []float64
+		w := uint64(l.DType.Width())
+		for i := uint64(0); i < n; i++ {
+			out = append(out, element(t, b, i*w, l.DType)...)
+		}
+		return out
+	case formats.SparseCSR:
+		nnz, err := l.NNZ.Resolve(uint64(len(comps[l.NNZ.Role])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, cols := x.Shape[0], x.Shape[1]
+		indptr := array(t, comps, l.Indptr, nnz, rows+1)
+		indices := array(t, comps, l.Indices, nnz, nnz)
+		values := array(t, comps, l.Values, nnz, nnz)
+		out := make([]float64, n)
+		for r := uint64(0); r < rows; r++ {
+			for k := uint64(indptr[r]); k < uint64(indptr[r+1]); k++ {
+				out[r*cols+uint64(indices[k])] += values[k]
+			}
+		}
+		return out
+	case formats.SparseCOO:
+		nnz, err := l.NNZ.Resolve(uint64(len(comps[l.NNZ.Role])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		values := array(t, comps, l.Values, nnz, nnz)
+		coords := make([][]float64, len(l.Coords))
+		for d, a := range l.Coords {
+			coords[d] = array(t, comps, a, nnz, nnz)
+		}
+		out := make([]float64, n)
+		for i := uint64(0); i < nnz; i++ {
+			idx := uint64(0)
+			for d := range coords {
+				idx = idx*x.Shape[d] + uint64(coords[d][i])
+			}
+			out[idx] += values[i]
+		}
+		return out
+	}
+	t.Fatalf("tensor %q: no logical recipe (%s)", x.Name, x.Unsupported)
+	return nil
+}
+
+// v11File assembles a v1.1 container from a blob area (starting at offset 8,
+// after the magic) and manifest bytes.
+func v11File(blobs, manifest []byte) []byte {
+	f := append([]byte{}, magicV1...)
+	f = append(f, blobs...)
+	f = append(f, manifest...)
+	f = binary.LittleEndian.AppendUint64(f, uint64(len(manifest)))
+	return append(f, magicV1...)
+}
+
+// cborOf encodes a manifest value with the writer's encoder (maps with text
+// keys, sorted).
+func cborOf(t testing.TB, v any) []byte {
+	t.Helper()
+	var e encoder
+	if err := e.value(v); err != nil {
+		t.Fatal(err)
+	}
+	return e.buf
+}
+
+func le32s(vs ...float32) []byte {
+	var b []byte
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
+}
+
+func le64s(vs ...uint64) []byte {
+	var b []byte
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
+}

@@ -1,0 +1,167 @@
+package ztensor
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/cborjson"
+)
+
+// openV1 opens a file starting with ZTEN1000: v1.1/v1.2 when the footer
+// magic is there, else the v1.0 interim layout if its manifest is found.
+func openV1(r io.ReaderAt, size uint64) (*formats.Container, error) {
+	if size >= 24 {
+		tail, err := readAt(r, size-8, 8)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(tail, magicV1) {
+			return openV11(r, size)
+		}
+	}
+	root, start, why, err := probeV10(r, size)
+	if err != nil {
+		return nil, err
+	}
+	if root == nil {
+		return nil, fmt.Errorf("footer magic missing (not ZTEN1000) and %s", why)
+	}
+	return parseV10(root, start)
+}
+
+// openV11 opens a v1.1 or v1.2 file: header and footer magic checked.
+func openV11(r io.ReaderAt, size uint64) (*formats.Container, error) {
+	msize, err := readUint64(r, size-16)
+	if err != nil {
+		return nil, err
+	}
+	if msize > maxManifest {
+		return nil, fmt.Errorf("manifest size %d exceeds the 1 GiB limit", msize)
+	}
+	if msize > size-24 {
+		return nil, fmt.Errorf("manifest size %d does not fit between header and footer of a %d-byte file", msize, size)
+	}
+	start := size - 16 - msize
+	b, err := readAt(r, start, msize)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("manifest (%d bytes at %d): %w", msize, start, err)
+	}
+	root, err := asRecord(v)
+	if err != nil {
+		return nil, fmt.Errorf("manifest root: %w", err)
+	}
+	return parseV11(root, start)
+}
+
+func parseV11(root record, blobEnd uint64) (*formats.Container, error) {
+	version, _, err := root.text("version", true)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	attrs, err := root.attributes("attributes")
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	objects, err := root.mapField("objects", true)
+	if err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	c := &formats.Container{Format: "ztensor", FormatVersion: version, Attributes: attrs}
+	c.Tensors = make([]*formats.Tensor, 0, len(objects))
+	for k, v := range objects {
+		name, ok := k.(string)
+		if !ok {
+			return nil, fmt.Errorf("manifest: object name %s is not text", cborjson.Key(k))
+		}
+		o, err := parseV11Object(name, v, blobEnd)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		t, err := o.build()
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: %w", name, err)
+		}
+		c.Tensors = append(c.Tensors, t)
+	}
+	sortTensors(c.Tensors)
+	return c, nil
+}
+
+func parseV11Object(name string, v any, blobEnd uint64) (*object, error) {
+	rec, err := asRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	o := &object{name: name}
+	if o.shape, err = rec.shape("shape"); err != nil {
+		return nil, err
+	}
+	if o.format, _, err = rec.text("format", true); err != nil {
+		return nil, err
+	}
+	if o.attrs, err = rec.attributes("attributes"); err != nil {
+		return nil, err
+	}
+	comps, err := rec.mapField("components", true)
+	if err != nil {
+		return nil, err
+	}
+	for k, cv := range comps {
+		role, ok := k.(string)
+		if !ok {
+			return nil, fmt.Errorf("component name %s is not text", cborjson.Key(k))
+		}
+		c, err := parseV11Component(role, cv)
+		if err == nil {
+			err = c.checkBounds(blobEnd)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("component %q: %w", role, err)
+		}
+		o.comps = append(o.comps, c)
+	}
+	sortComps(o.comps)
+	return o, nil
+}
+
+func parseV11Component(role string, v any) (*comp, error) {
+	rec, err := asRecord(v)
+	if err != nil {
+		return nil, err
+	}
+	c := &comp{role: role, encoding: string(formats.Raw)}
+	if c.dtype, _, err = rec.text("dtype", true); err != nil {
+		return nil, err
+	}
+	if c.typ, c.hasType, err = rec.text("type", false); err != nil {
+		return nil, err
+	}
+	if c.offset, _, err = rec.uint("offset", true); err != nil {
+		return nil, err
+	}
+	if c.length, _, err = rec.uint("length", true); err != nil {
+		return nil, err
+	}
+	if c.decoded, c.hasDec, err = rec.uint("uncompressed_length", false); err != nil {
+		return nil, err
+	}
+	if c.decoded > math.MaxInt64 {
+		return nil, fmt.Errorf("uncompressed_length %d is too large", c.decoded)
+	}
+	if enc, ok, err := rec.text("encoding", false); err != nil {
+		return nil, err
+	} else if ok {
+		c.encoding = enc
+	}
+	if c.digest, _, err = rec.text("digest", false); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

@@ -1,0 +1,338 @@
+package ztensor
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"sort"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Digest selects the digest a Writer stores for a component.
+type Digest int
+
+// Digests over the stored bytes of a component (the compressed stream for
+// zstd), written as the reference writes them.
+const (
+	DigestNone   Digest = iota
+	DigestCRC32C        // "crc32c:0x" and 8 upper-case hex digits
+	DigestSHA256        // "sha256:" and 64 lower-case hex digits
+)
+
+// ComponentSpec is one component for Writer.WriteObject.
+type ComponentSpec struct {
+	Role string
+	// DType is the v1 storage dtype name, e.g. "f32" or "u64"; it is
+	// written as given.
+	DType string
+	// Data yields the component's bytes, little-endian; it is read to EOF.
+	Data io.Reader
+	// Zstd compresses the bytes as one zstd frame without a content size
+	// field or checksum, at the reference's level 3.
+	Zstd bool
+	// Digest to store, computed over the stored bytes.
+	Digest Digest
+}
+
+// Dense returns the data component of a dense tensor held in memory.
+func Dense(dtype string, data []byte) ComponentSpec {
+	return Component("data", dtype, data)
+}
+
+// Component returns a raw component held in memory.
+func Component(role, dtype string, data []byte) ComponentSpec {
+	return ComponentSpec{Role: role, DType: dtype, Data: bytes.NewReader(data)}
+}
+
+// Writer writes a zTensor v1.1 file laid out as the reference writer does:
+// the magic, each component at the next multiple of 64 in call order with
+// zero padding, then the manifest and footer. Component bytes are streamed;
+// only the manifest is held in memory.
+type Writer struct {
+	w       io.Writer
+	off     uint64
+	err     error // sticky: the output is unusable after a write error
+	closed  bool
+	objects map[string]*writtenObject
+	zenc    *zstd.Encoder
+	pad     [alignment]byte
+}
+
+type writtenObject struct {
+	shape  []uint64
+	format string
+	attrs  []byte // encoded attribute map, nil for none
+	comps  []writtenComp
+}
+
+type writtenComp struct {
+	role, dtype    string
+	offset, length uint64
+	zstd           bool
+	digest         string
+}
+
+// NewWriter returns a Writer writing to w.
+func NewWriter(w io.Writer) *Writer {
+	return &Writer{w: w, objects: make(map[string]*writtenObject)}
+}
+
+// WriteObject appends one object; attrs may be nil. Objects appear in the
+// manifest sorted by name whatever the call order.
+func (w *Writer) WriteObject(name string, shape []uint64, format string, attrs map[string]any, comps []ComponentSpec) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return errors.New("write to a closed writer")
+	}
+	if _, dup := w.objects[name]; dup {
+		return fmt.Errorf("tensor %q: written twice", name)
+	}
+	o := &writtenObject{shape: append([]uint64{}, shape...), format: format}
+	if len(attrs) > 0 {
+		var e encoder
+		if err := e.value(attrs); err != nil {
+			return fmt.Errorf("tensor %q: attributes: %w", name, err)
+		}
+		o.attrs = e.buf
+	}
+	roles := make(map[string]bool, len(comps))
+	for _, c := range comps {
+		if roles[c.Role] {
+			return fmt.Errorf("tensor %q: component %q given twice", name, c.Role)
+		}
+		if c.Data == nil {
+			return fmt.Errorf("tensor %q: component %q has no data", name, c.Role)
+		}
+		roles[c.Role] = true
+	}
+	if err := w.start(); err != nil {
+		return err
+	}
+	for _, c := range comps {
+		wc, err := w.writeComponent(c)
+		if err != nil {
+			w.err = fmt.Errorf("tensor %q: component %q: %w", name, c.Role, err)
+			return w.err
+		}
+		o.comps = append(o.comps, wc)
+	}
+	w.objects[name] = o
+	return nil
+}
+
+// start writes the magic before the first byte of anything else.
+func (w *Writer) start() error {
+	if w.off > 0 {
+		return nil
+	}
+	return w.write(magicV1)
+}
+
+func (w *Writer) write(b []byte) error {
+	n, err := w.w.Write(b)
+	w.off += uint64(n)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		w.err = err
+	}
+	return err
+}
+
+func (w *Writer) writeComponent(c ComponentSpec) (writtenComp, error) {
+	if r := w.off % alignment; r != 0 {
+		if err := w.write(w.pad[:alignment-r]); err != nil {
+			return writtenComp{}, err
+		}
+	}
+	wc := writtenComp{role: c.Role, dtype: c.DType, offset: w.off, zstd: c.Zstd}
+	var h hash.Hash
+	switch c.Digest {
+	case DigestNone:
+	case DigestCRC32C:
+		h = crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	case DigestSHA256:
+		h = sha256.New()
+	default:
+		return wc, fmt.Errorf("unknown digest %d", c.Digest)
+	}
+	sink := &storedWriter{w: w, h: h}
+	var err error
+	if c.Zstd {
+		err = w.compress(sink, c.Data)
+	} else {
+		_, err = io.Copy(sink, c.Data)
+	}
+	if err != nil {
+		return wc, err
+	}
+	wc.length = sink.n
+	switch c.Digest {
+	case DigestCRC32C:
+		wc.digest = fmt.Sprintf("crc32c:0x%08X", binary.BigEndian.Uint32(h.Sum(nil)))
+	case DigestSHA256:
+		wc.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	}
+	return wc, nil
+}
+
+// storedWriter passes stored bytes to the output, counting and hashing them.
+type storedWriter struct {
+	w *Writer
+	h hash.Hash
+	n uint64
+}
+
+func (s *storedWriter) Write(p []byte) (int, error) {
+	if err := s.w.write(p); err != nil {
+		return 0, err
+	}
+	s.n += uint64(len(p))
+	if s.h != nil {
+		s.h.Write(p)
+	}
+	return len(p), nil
+}
+
+// emptyFrame is a zstd frame holding nothing, without a content size: magic,
+// frame header descriptor 0, the smallest window, one empty last raw block.
+var emptyFrame = []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00, 0x01, 0x00, 0x00}
+
+// compress writes src as one zstd frame with no content size field: the
+// encoder writes one only when the whole input reaches it at Close, so the
+// input is flushed first.
+func (w *Writer) compress(dst io.Writer, src io.Reader) error {
+	if w.zenc == nil {
+		enc, err := zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedDefault),
+			zstd.WithEncoderCRC(false),
+			zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return err
+		}
+		w.zenc = enc
+	}
+	enc := w.zenc
+	enc.Reset(dst)
+	n, err := io.Copy(enc, src)
+	if err == nil && n > 0 {
+		err = enc.Flush()
+	}
+	if cerr := enc.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		_, err = dst.Write(emptyFrame)
+	}
+	return err
+}
+
+// Close writes the manifest and footer; attrs are the global attributes (nil
+// for none). It does not close the underlying writer.
+func (w *Writer) Close(attrs map[string]any) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return errors.New("writer closed twice")
+	}
+	var e encoder
+	n := 2
+	if len(attrs) > 0 {
+		n = 3
+	}
+	e.mapHead(n)
+	e.text("version")
+	e.text("1.1.0")
+	if len(attrs) > 0 {
+		e.text("attributes")
+		if err := e.value(attrs); err != nil {
+			return fmt.Errorf("attributes: %w", err)
+		}
+	}
+	e.text("objects")
+	w.encodeObjects(&e)
+	if err := w.start(); err != nil {
+		return err
+	}
+	var size [8]byte
+	binary.LittleEndian.PutUint64(size[:], uint64(len(e.buf)))
+	for _, b := range [][]byte{e.buf, size[:], magicV1} {
+		if err := w.write(b); err != nil {
+			return err
+		}
+	}
+	w.closed = true
+	return nil
+}
+
+func (w *Writer) encodeObjects(e *encoder) {
+	names := make([]string, 0, len(w.objects))
+	for name := range w.objects {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	e.mapHead(len(names))
+	for _, name := range names {
+		o := w.objects[name]
+		e.text(name)
+		n := 3
+		if o.attrs != nil {
+			n = 4
+		}
+		e.mapHead(n)
+		e.text("shape")
+		e.head(4, uint64(len(o.shape)))
+		for _, d := range o.shape {
+			e.uint(d)
+		}
+		e.text("format")
+		e.text(o.format)
+		if o.attrs != nil {
+			e.text("attributes")
+			e.buf = append(e.buf, o.attrs...)
+		}
+		e.text("components")
+		comps := append([]writtenComp{}, o.comps...)
+		sort.Slice(comps, func(i, j int) bool { return comps[i].role < comps[j].role })
+		e.mapHead(len(comps))
+		for _, c := range comps {
+			e.text(c.role)
+			n := 3
+			if c.zstd {
+				n++
+			}
+			if c.digest != "" {
+				n++
+			}
+			e.mapHead(n)
+			e.text("dtype")
+			e.text(c.dtype)
+			e.text("offset")
+			e.uint(c.offset)
+			e.text("length")
+			e.uint(c.length)
+			if c.zstd {
+				e.text("encoding")
+				e.text("zstd")
+			}
+			if c.digest != "" {
+				e.text("digest")
+				e.text(c.digest)
+			}
+		}
+	}
+}

@@ -1,0 +1,166 @@
+// Package fs serves a laid-out container (tree.Tree) through FUSE:
+// read-only directories and files with exact sizes, reads at any offset,
+// zero-copy reads of raw regions, and the kernel page cache kept across
+// opens. It knows nothing of container formats.
+package fs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/tree"
+)
+
+// Options describe how the tree is presented.
+type Options struct {
+	// UID and GID own every file and directory.
+	UID, GID uint32
+	// Mtime is every node's modification time: the source's.
+	Mtime time.Time
+	// Check reports whether the source is still the file that was mounted;
+	// an error fails opens with EIO. Nil means always.
+	Check func() error
+	// Logf receives the reason of every read that fails with EIO.
+	Logf func(format string, args ...any)
+}
+
+// node is shared by directories and files.
+type node struct {
+	gofs.Inode
+	tn   *tree.Node
+	opts *Options
+}
+
+type dirNode struct{ node }
+type fileNode struct{ node }
+
+var (
+	_ gofs.NodeLookuper  = (*dirNode)(nil)
+	_ gofs.NodeReaddirer = (*dirNode)(nil)
+	_ gofs.NodeGetattrer = (*dirNode)(nil)
+	_ gofs.NodeGetattrer = (*fileNode)(nil)
+	_ gofs.NodeOpener    = (*fileNode)(nil)
+	_ gofs.NodeReader    = (*fileNode)(nil)
+)
+
+// NewRoot returns the root directory of t, to pass to go-fuse's Mount.
+func NewRoot(t *tree.Tree, opts Options) gofs.InodeEmbedder {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	return &dirNode{node{tn: t.Root, opts: &opts}}
+}
+
+func (n *node) setTimes(a *fuse.Attr) {
+	a.SetTimes(nil, &n.opts.Mtime, &n.opts.Mtime)
+	a.Uid, a.Gid = n.opts.UID, n.opts.GID
+	a.Ino = n.tn.ID
+}
+
+func (d *dirNode) fill(a *fuse.Attr) {
+	d.setTimes(a)
+	a.Mode = fuse.S_IFDIR | 0o555
+	a.Nlink = 2
+}
+
+// fillFile sets a file's attributes; where names it for the log. The size
+// may need a decode the first time.
+func (n *node) fillFile(a *fuse.Attr, where func() string) syscall.Errno {
+	size, err := n.tn.Reader.Size()
+	if err != nil {
+		n.opts.Logf("%s: %v", where(), err)
+		return syscall.EIO
+	}
+	n.setTimes(a)
+	a.Mode = fuse.S_IFREG | 0o444
+	a.Nlink = 1
+	a.Size = uint64(size)
+	a.Blksize = 4096
+	a.Blocks = (a.Size + 511) / 512
+	return 0
+}
+
+func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fill(&out.Attr)
+	return 0
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	child := d.tn.Child(name)
+	if child == nil {
+		return nil, syscall.ENOENT
+	}
+	if child.IsDir() {
+		cd := &dirNode{node{tn: child, opts: d.opts}}
+		cd.fill(&out.Attr)
+		return d.NewInode(ctx, cd, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: child.ID}), 0
+	}
+	cf := &fileNode{node{tn: child, opts: d.opts}}
+	if errno := cf.fillFile(&out.Attr, func() string { return d.Path(nil) + "/" + name }); errno != 0 {
+		return nil, errno
+	}
+	return d.NewInode(ctx, cf, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: child.ID}), 0
+}
+
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	children := d.tn.Children()
+	entries := make([]fuse.DirEntry, 0, len(children))
+	for _, c := range children {
+		mode := uint32(fuse.S_IFREG)
+		if c.IsDir() {
+			mode = fuse.S_IFDIR
+		}
+		entries = append(entries, fuse.DirEntry{Name: c.Name, Mode: mode, Ino: c.ID})
+	}
+	return gofs.NewListDirStream(entries), 0
+}
+
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	return f.fillFile(&out.Attr, func() string { return f.Path(nil) })
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if f.opts.Check != nil {
+		if err := f.opts.Check(); err != nil {
+			f.opts.Logf("%s: %v", f.Path(nil), err)
+			return nil, 0, syscall.EIO
+		}
+	}
+	// The content of an unchanged source never changes: let the kernel keep
+	// its cached pages from one open to the next.
+	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	r := f.tn.Reader
+	size, err := r.Size()
+	if err != nil {
+		f.opts.Logf("%s: %v", f.Path(nil), err)
+		return nil, syscall.EIO
+	}
+	if off >= size || len(dest) == 0 {
+		return fuse.ReadResultData(nil), 0
+	}
+	n := min(int64(len(dest)), size-off)
+	if spanner, ok := r.(pipeline.FileSpanner); ok {
+		if fd, fileOff, ok := spanner.FileSpan(off, n); ok {
+			return fuse.ReadResultFd(fd, fileOff, int(n)), 0
+		}
+	}
+	got, err := r.ReadAt(dest[:n], off)
+	if err != nil && !(errors.Is(err, io.EOF) && int64(got) == n) {
+		f.opts.Logf("%s: read of %d bytes at %d: %v", f.Path(nil), n, off, err)
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:got]), 0
+}

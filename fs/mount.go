@@ -1,0 +1,61 @@
+package fs
+
+import (
+	"log"
+	"os"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ztfs/ztfs/internal/tree"
+)
+
+// MountOptions are the FUSE-level choices of a mount.
+type MountOptions struct {
+	// FsName is shown as the mount's source in /proc/mounts and df.
+	FsName string
+	// AllowOther lets users other than the mounting one read the tree.
+	AllowOther bool
+	// Debug logs every FUSE request to DebugLog.
+	Debug    bool
+	DebugLog *log.Logger
+}
+
+// cacheTimeout is how long the kernel may trust names and attributes. The
+// tree of a mount never changes, so the limit only matters for memory.
+const cacheTimeout = time.Hour
+
+// maxRequest is the largest read the kernel is asked to send: with 1 MiB
+// requests a sequential reader needs an eighth of the round trips of the
+// 128 KiB default.
+const maxRequest = 1 << 20
+
+// Mount serves t read-only at mountpoint and returns once the mount is
+// ready. The caller waits for it with Server.Wait and ends it with
+// Server.Unmount.
+func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fuse.Server, error) {
+	timeout := cacheTimeout
+	mountOpts := fuse.MountOptions{
+		FsName:        mo.FsName,
+		Name:          "ztfs",
+		AllowOther:    mo.AllowOther,
+		Debug:         mo.Debug,
+		Logger:        mo.DebugLog,
+		Options:       []string{"ro", "default_permissions"},
+		MaxWrite:      maxRequest,
+		DisableXAttrs: true,
+		// As root the kernel can be asked directly, with no fusermount3
+		// needed; others go through fusermount3.
+		DirectMount:      os.Geteuid() == 0,
+		DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
+	}
+	return gofs.Mount(mountpoint, NewRoot(t, opts), &gofs.Options{
+		MountOptions: mountOpts,
+		EntryTimeout: &timeout,
+		AttrTimeout:  &timeout,
+		UID:          opts.UID,
+		GID:          opts.GID,
+	})
+}

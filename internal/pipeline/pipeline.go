@@ -1,0 +1,325 @@
+// Package pipeline turns the components and tensors of a formats.Container
+// into bytes. Each file of the mount is a chain of small readers: file
+// region → digest check → zstd decode → byte swap to little-endian → dtype
+// widening or sparse densification → .npy header. Decoding stages keep
+// their output in the block cache; raw regions are read straight from the
+// source file and can be served without a copy.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"sync"
+
+	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/quant"
+)
+
+// Options configure a Pipeline.
+type Options struct {
+	// Cache holds decoded blocks; required.
+	Cache *cache.Cache
+	// BlockSize is the size of decoded blocks, a multiple of 16; default 1 MiB.
+	BlockSize int64
+	// Verify checks each component's digest before its first byte is served.
+	Verify bool
+	// Decoders bounds the zstd decoders alive at once; default 4.
+	Decoders int
+	// Logf receives notes that are not errors of a read, such as a digest
+	// that cannot be verified. Nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// DefaultBlockSize is the decoded block size unless Options say otherwise.
+const DefaultBlockSize = 1 << 20
+
+// Pipeline builds and remembers the reader chains of one source. Chains are
+// built on first use, so opening a container with many tensors costs
+// nothing here.
+type Pipeline struct {
+	src  *Source
+	opts Options
+	pool *decoderPool
+
+	mu         sync.Mutex
+	components map[*formats.Component]Reader
+	npys       map[*formats.Tensor]Reader
+}
+
+// New returns the pipeline of src.
+func New(src *Source, opts Options) (*Pipeline, error) {
+	if opts.Cache == nil {
+		return nil, errors.New("pipeline: no cache")
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = DefaultBlockSize
+	}
+	if opts.BlockSize < 16 || opts.BlockSize%16 != 0 {
+		return nil, fmt.Errorf("pipeline: block size %d is not a positive multiple of 16", opts.BlockSize)
+	}
+	if opts.Decoders <= 0 {
+		opts.Decoders = 4
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	return &Pipeline{
+		src: src, opts: opts, pool: newDecoderPool(opts.Decoders),
+		components: make(map[*formats.Component]Reader),
+		npys:       make(map[*formats.Tensor]Reader),
+	}, nil
+}
+
+// Close releases the decoders. Readers must not be used afterwards.
+func (p *Pipeline) Close() { p.pool.close() }
+
+// Source returns the source file the pipeline reads.
+func (p *Pipeline) Source() *Source { return p.src }
+
+// Component returns the decoded, little-endian bytes of component c of
+// tensor t. Errors of its reads name the tensor and the component.
+func (p *Pipeline) Component(t *formats.Tensor, c *formats.Component) Reader {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.componentLocked(t, c)
+}
+
+func (p *Pipeline) componentLocked(t *formats.Tensor, c *formats.Component) Reader {
+	if r, ok := p.components[c]; ok {
+		return r
+	}
+	r := withContext(p.buildComponent(t, c), fmt.Sprintf("tensor %q: component %q", t.Name, c.Role))
+	p.components[c] = r
+	return r
+}
+
+func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reader {
+	if c.Offset > uint64(p.src.Size()) || c.Length > uint64(p.src.Size())-c.Offset {
+		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source", c.Offset, c.Length, p.src.Size())}
+	}
+	reg := &region{src: p.src, off: int64(c.Offset), len: int64(c.Length)}
+	var stored Reader = reg
+	if p.opts.Verify && c.Digest != "" {
+		stored = &verified{region: reg, digest: c.Digest, report: func(err error) {
+			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
+		}}
+	}
+	var decoded Reader
+	switch c.Encoding {
+	case formats.Raw:
+		decoded = stored
+	case formats.Zstd:
+		max := c.MaxSize
+		if c.Size >= 0 {
+			max = uint64(c.Size)
+		}
+		z := newZstdStream(stored, int64(c.Length), c.Size, max, p.opts.BlockSize, p.pool)
+		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
+		decoded = z.out
+	default:
+		return stored // the stored bytes, as the manifest says
+	}
+	if info, ok := c.DType.Info(); ok && c.BigEndian && info.SwapUnit > 1 {
+		decoded = newElementwise(decoded, info.SwapUnit*8, info.SwapUnit, -1, swapper(info.SwapUnit))
+	}
+	return decoded
+}
+
+// NPYInfo describes a tensor.npy file.
+type NPYInfo struct {
+	Descr  string   // NumPy dtype descriptor, e.g. "<f4"
+	Shape  []uint64 // the logical shape
+	Header []byte   // the .npy header
+	Size   uint64   // header and data
+}
+
+// NPYOf returns what t's tensor.npy holds, without reading anything, or an
+// error saying why t has none.
+func NPYOf(t *formats.Tensor) (NPYInfo, error) {
+	var dt formats.DType
+	switch l := t.Logical.(type) {
+	case nil:
+		if t.Unsupported != "" {
+			return NPYInfo{}, errors.New(t.Unsupported)
+		}
+		return NPYInfo{}, errors.New("no logical form")
+	case formats.Dense:
+		dt = l.DType
+	case formats.SparseCSR:
+		dt = l.Values.DType
+	case formats.SparseCOO:
+		dt = l.Values.DType
+	default:
+		return NPYInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
+	}
+	info, ok := dt.Info()
+	if !ok {
+		return NPYInfo{}, fmt.Errorf("dtype %q is unknown", dt)
+	}
+	if info.NPY == "" {
+		return NPYInfo{}, fmt.Errorf("dtype %s has no NumPy form", dt)
+	}
+	shape := t.Shape
+	if shape == nil {
+		shape = []uint64{}
+	}
+	n, err := formats.ElementCount(shape)
+	if err != nil {
+		return NPYInfo{}, err
+	}
+	hi, body := bits.Mul64(n, uint64(info.NPYBits/8))
+	header := npy.Header(info.NPY, shape)
+	size, carry := bits.Add64(body, uint64(len(header)), 0)
+	if hi != 0 || carry != 0 || size > math.MaxInt64 {
+		return NPYInfo{}, fmt.Errorf("tensor.npy of shape %v would exceed 2^63 bytes", shape)
+	}
+	return NPYInfo{Descr: info.NPY, Shape: shape, Header: header, Size: size}, nil
+}
+
+// NPY returns t's tensor.npy: a NumPy header followed by the logical
+// tensor, dense, row-major and little-endian. It fails when t has none.
+func (p *Pipeline) NPY(t *formats.Tensor) (Reader, error) {
+	info, err := NPYOf(t)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.npys[t]; ok {
+		return r, nil
+	}
+	body, err := p.npyBody(t)
+	if err != nil {
+		body = failing{err}
+	}
+	r := withContext(&concat{prefix: info.Header, body: body}, fmt.Sprintf("tensor %q: tensor.npy", t.Name))
+	p.npys[t] = r
+	return r, nil
+}
+
+func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
+	readers := func(role string) (Reader, error) {
+		c := t.Component(role)
+		if c == nil {
+			return nil, fmt.Errorf("component %q is missing", role)
+		}
+		return p.componentLocked(t, c), nil
+	}
+	switch l := t.Logical.(type) {
+	case formats.Dense:
+		data, err := readers(l.Role)
+		if err != nil {
+			return nil, err
+		}
+		n, err := formats.ElementCount(t.Shape)
+		if err != nil {
+			return nil, err
+		}
+		size, err := formats.ByteSize(n, l.DType)
+		if err != nil {
+			return nil, err
+		}
+		data = exactSize{data, int64(size)}
+		info, _ := l.DType.Info()
+		if w := quant.WidenerFor(l.DType); w != nil {
+			return newElementwise(data, w.InBits, w.OutBytes, int64(n), w.Convert), nil
+		}
+		if info.NPYBits != info.Bits {
+			return nil, fmt.Errorf("no conversion from %s to %s", l.DType, info.NPY)
+		}
+		return data, nil
+	case formats.SparseCSR, formats.SparseCOO:
+		// Resolve readers now, under p.mu, rather than from block fills.
+		s, err := newSparse(t, readers, p.opts.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		return newCached(p.opts.Cache, p.opts.BlockSize, s), nil
+	}
+	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
+}
+
+// File returns the bytes of an extra root file.
+func (p *Pipeline) File(f *formats.File) Reader {
+	if f.Content != nil {
+		return Bytes(f.Content)
+	}
+	if f.Offset > uint64(p.src.Size()) || f.Length > uint64(p.src.Size())-f.Offset {
+		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
+	}
+	return withContext(&region{src: p.src, off: int64(f.Offset), len: int64(f.Length)}, fmt.Sprintf("file %q", f.Name))
+}
+
+// failing is a reader whose every use fails with one error.
+type failing struct{ err error }
+
+func (f failing) Size() (int64, error)              { return 0, f.err }
+func (f failing) ReadAt([]byte, int64) (int, error) { return 0, f.err }
+
+// exactSize serves a stream that must have exactly size bytes.
+type exactSize struct {
+	r    Reader
+	size int64
+}
+
+func (e exactSize) Size() (int64, error) {
+	n, err := e.r.Size()
+	if err != nil {
+		return 0, err
+	}
+	if n != e.size {
+		return 0, fmt.Errorf("decoded size is %d bytes, the shape needs %d", n, e.size)
+	}
+	return n, nil
+}
+
+func (e exactSize) ReadAt(p []byte, off int64) (int, error) {
+	if _, err := e.Size(); err != nil {
+		return 0, err
+	}
+	return e.r.ReadAt(p, off)
+}
+
+func (e exactSize) FileSpan(off, n int64) (uintptr, int64, bool) {
+	if fs, ok := e.r.(FileSpanner); ok {
+		return fs.FileSpan(off, n)
+	}
+	return 0, 0, false
+}
+
+// contextual prefixes the errors of a reader with what it serves.
+type contextual struct {
+	r    Reader
+	what string
+}
+
+func withContext(r Reader, what string) Reader { return &contextual{r, what} }
+
+func (c *contextual) wrap(err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return fmt.Errorf("%s: %w", c.what, err)
+}
+
+func (c *contextual) Size() (int64, error) {
+	n, err := c.r.Size()
+	return n, c.wrap(err)
+}
+
+func (c *contextual) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	return n, c.wrap(err)
+}
+
+func (c *contextual) FileSpan(off, n int64) (uintptr, int64, bool) {
+	if fs, ok := c.r.(FileSpanner); ok {
+		return fs.FileSpan(off, n)
+	}
+	return 0, 0, false
+}

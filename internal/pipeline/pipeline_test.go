@@ -1,0 +1,361 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/formats"
+)
+
+func TestRawDenseComponentAndNPY(t *testing.T) {
+	var b fileBuilder
+	data := f32Bytes(1, 2, 3, 4, 5, 6)
+	off := b.add(data)
+	src := b.open(t)
+	p := newTestPipeline(t, src, Options{})
+	c := rawComponent("data", formats.F32, off, data)
+	tensor := &formats.Tensor{Name: "w", Shape: []uint64{2, 3}, DType: formats.F32, Layout: "dense",
+		Components: []*formats.Component{c}, Logical: formats.Dense{Role: "data", DType: formats.F32}}
+
+	r := p.Component(tensor, c)
+	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+		t.Fatalf("component = %x", got)
+	}
+	fd, fileOff, ok := r.(FileSpanner).FileSpan(4, 8)
+	if !ok || fd != src.Fd() || fileOff != int64(off)+4 {
+		t.Errorf("FileSpan = %d, %d, %v", fd, fileOff, ok)
+	}
+	if _, _, ok := r.(FileSpanner).FileSpan(20, 8); ok {
+		t.Error("FileSpan past the component's end")
+	}
+
+	n, err := p.NPY(tensor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := mustReadAll(t, n)
+	if got := npyData(t, whole, "<f4", []uint64{2, 3}); !bytes.Equal(got, data) {
+		t.Fatalf("npy data = %x", got)
+	}
+	checkRandomReads(t, n, whole, 1)
+	header := int64(len(whole) - len(data))
+	if _, fileOff, ok := n.(FileSpanner).FileSpan(header+8, 4); !ok || fileOff != int64(off)+8 {
+		t.Errorf("npy FileSpan in the data = %d, %v", fileOff, ok)
+	}
+	if _, _, ok := n.(FileSpanner).FileSpan(header-4, 8); ok {
+		t.Error("npy FileSpan across the header")
+	}
+	info, err := NPYOf(tensor)
+	if err != nil || info.Size != uint64(len(whole)) {
+		t.Errorf("NPYOf size %d, %v; file has %d", info.Size, err, len(whole))
+	}
+}
+
+func TestZstdComponent(t *testing.T) {
+	data := randomBytes(10*4096+123, 7)
+	stored := zstdCompress(t, data)
+	tests := []struct {
+		name     string
+		declared int64
+		wantErr  string // empty: reads succeed
+	}{
+		{"known size", int64(len(data)), ""},
+		{"unknown size", -1, ""},
+		{"declared too large", int64(len(data)) + 1, "ends after"},
+		{"declared too small", int64(len(data)) - 1, "more than the expected"},
+		{"declared one block short", int64(len(data)) - 4096, "more than the expected"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b fileBuilder
+			off := b.add(stored)
+			p := newTestPipeline(t, b.open(t), Options{})
+			c := zstdComponent("data", formats.U8, off, stored, tc.declared)
+			r := p.Component(&formats.Tensor{Name: "z"}, c)
+			got, err := readAll(t, r, 1500)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				if !strings.Contains(err.Error(), `tensor "z": component "data"`) {
+					t.Errorf("error lacks context: %v", err)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %d bytes, err %v", len(got), err)
+			}
+			checkRandomReads(t, r, data, 2)
+		})
+	}
+}
+
+func TestZstdUnknownSizeCapped(t *testing.T) {
+	data := make([]byte, 100000)
+	stored := zstdCompress(t, data)
+	var b fileBuilder
+	off := b.add(stored)
+	p := newTestPipeline(t, b.open(t), Options{})
+	c := zstdComponent("data", formats.U8, off, stored, -1)
+	c.MaxSize = 50000
+	_, err := p.Component(&formats.Tensor{Name: "bomb"}, c).Size()
+	if err == nil || !strings.Contains(err.Error(), "more than 50000 bytes") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestZstdDamagedStreams(t *testing.T) {
+	data := randomBytes(50000, 3)
+	good := zstdCompress(t, data)
+	truncated := good[:len(good)/2]
+	flipped := append([]byte{}, good...)
+	flipped[len(flipped)/2] ^= 0xFF
+	for name, stored := range map[string][]byte{"truncated": truncated, "flipped": flipped, "garbage": []byte("not zstd at all")} {
+		for _, declared := range []int64{int64(len(data)), -1} {
+			t.Run(fmt.Sprint(name, declared), func(t *testing.T) {
+				var b fileBuilder
+				off := b.add(stored)
+				p := newTestPipeline(t, b.open(t), Options{})
+				r := p.Component(&formats.Tensor{Name: "z"}, zstdComponent("data", formats.U8, off, stored, declared))
+				got, err := readAll(t, r, 4096)
+				if err == nil && bytes.Equal(got, data) {
+					return // a flip in a literal section can survive without a checksum
+				}
+				if err == nil {
+					t.Fatalf("damaged stream read as %d wrong bytes without error", len(got))
+				}
+			})
+		}
+	}
+}
+
+func TestZstdConcatenatedFrames(t *testing.T) {
+	a, c := randomBytes(5000, 1), randomBytes(7000, 2)
+	stored := append(zstdCompress(t, a), zstdCompress(t, c)...)
+	var b fileBuilder
+	off := b.add(stored)
+	p := newTestPipeline(t, b.open(t), Options{})
+	got := mustReadAll(t, p.Component(&formats.Tensor{}, zstdComponent("data", formats.U8, off, stored, -1)))
+	if !bytes.Equal(got, append(a, c...)) {
+		t.Fatal("concatenated frames decoded wrongly")
+	}
+}
+
+// More streams than decoders, read interleaved and concurrently, with a
+// cache too small to hold them: every byte must still be right.
+func TestZstdDecoderPoolSharing(t *testing.T) {
+	var b fileBuilder
+	var comps []*formats.Component
+	var want [][]byte
+	for i := 0; i < 5; i++ {
+		data := randomBytes(20*4096+i*77, int64(i))
+		stored := zstdCompress(t, data)
+		comps = append(comps, zstdComponent(fmt.Sprint("c", i), formats.U8, b.add(stored), stored, int64(len(data))))
+		want = append(want, data)
+	}
+	p := newTestPipeline(t, b.open(t), Options{Decoders: 2, Cache: cache.New(8 * 4096)})
+	tensor := &formats.Tensor{Name: "t", Components: comps}
+	var wg sync.WaitGroup
+	for i := range comps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := p.Component(tensor, comps[i])
+			for pass := 0; pass < 2; pass++ {
+				got, err := readAll(t, r, 3000)
+				if err != nil || !bytes.Equal(got, want[i]) {
+					t.Errorf("stream %d pass %d: %v", i, pass, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if live := len(p.pool.live); live > 2 {
+		t.Errorf("%d decoders alive, limit 2", live)
+	}
+}
+
+func TestBigEndianSwap(t *testing.T) {
+	var b fileBuilder
+	be := make([]byte, 8)
+	binary.BigEndian.PutUint32(be, 0x3F800000) // 1.0
+	binary.BigEndian.PutUint32(be[4:], 0x40000000)
+	off := b.add(be)
+	p := newTestPipeline(t, b.open(t), Options{})
+	c := rawComponent("data", formats.F32, off, be)
+	c.BigEndian = true
+	tensor := &formats.Tensor{Name: "be", Shape: []uint64{2}, DType: formats.F32, Components: []*formats.Component{c},
+		Logical: formats.Dense{Role: "data", DType: formats.F32}}
+	if got := mustReadAll(t, p.Component(tensor, c)); !bytes.Equal(got, f32Bytes(1, 2)) {
+		t.Fatalf("swapped = %x", got)
+	}
+	r, _ := p.NPY(tensor)
+	if got := npyData(t, mustReadAll(t, r), "<f4", []uint64{2}); !bytes.Equal(got, f32Bytes(1, 2)) {
+		t.Fatalf("npy = %x", got)
+	}
+	if _, ok := p.Component(tensor, c).(*contextual).r.(FileSpanner); ok {
+		t.Error("a swapped component claims to be a file span")
+	}
+}
+
+func TestWidenedNPY(t *testing.T) {
+	tests := []struct {
+		name  string
+		dt    formats.DType
+		shape []uint64
+		data  []byte
+		descr string
+		want  []byte
+	}{
+		{"bf16", formats.BF16, []uint64{2}, []byte{0xC0, 0x3F, 0x10, 0xC0}, "<f4", f32Bytes(1.5, -2.25)},
+		{"f8_e4m3", formats.F8E4M3, []uint64{4}, []byte{0x38, 0x40, 0xB8, 0x00}, "<f4", f32Bytes(1, 2, -1, 0)},
+		{"f4 packed", formats.F4E2M1, []uint64{2, 2}, []byte{0x21, 0xF7}, "<f4", f32Bytes(0.5, 1, 6, -6)},
+		{"bool", formats.Bool, []uint64{3}, []byte{0, 7, 1}, "|b1", []byte{0, 1, 1}},
+		{"complex64 over f32", formats.Complex64, []uint64{2}, f32Bytes(1, 2, 3, 4), "<c8", f32Bytes(1, 2, 3, 4)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b fileBuilder
+			off := b.add(tc.data)
+			p := newTestPipeline(t, b.open(t), Options{})
+			c := rawComponent("data", formats.U8, off, tc.data)
+			tensor := &formats.Tensor{Name: tc.name, Shape: tc.shape, DType: tc.dt, Components: []*formats.Component{c},
+				Logical: formats.Dense{Role: "data", DType: tc.dt}}
+			r, err := p.NPY(tensor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := mustReadAll(t, r)
+			if got := npyData(t, whole, tc.descr, tc.shape); !bytes.Equal(got, tc.want) {
+				t.Fatalf("data = %x, want %x", got, tc.want)
+			}
+			checkRandomReads(t, r, whole, 3)
+		})
+	}
+}
+
+// A dense component whose size disagrees with the shape fails its reads;
+// the parsers reject this at open, the pipeline does not trust them.
+func TestDenseSizeMismatch(t *testing.T) {
+	var b fileBuilder
+	data := f32Bytes(1, 2, 3)
+	off := b.add(data)
+	p := newTestPipeline(t, b.open(t), Options{})
+	c := rawComponent("data", formats.F32, off, data)
+	tensor := &formats.Tensor{Name: "w", Shape: []uint64{2, 2}, DType: formats.F32, Components: []*formats.Component{c},
+		Logical: formats.Dense{Role: "data", DType: formats.F32}}
+	r, _ := p.NPY(tensor)
+	if _, err := readAll(t, r, 100); err == nil || !strings.Contains(err.Error(), "needs 16") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestUnknownEncodingServesStoredBytes(t *testing.T) {
+	var b fileBuilder
+	data := []byte("lz4 bytes as stored")
+	off := b.add(data)
+	p := newTestPipeline(t, b.open(t), Options{})
+	c := rawComponent("data", formats.F32, off, data)
+	c.Encoding = "lz4"
+	if got := mustReadAll(t, p.Component(&formats.Tensor{}, c)); !bytes.Equal(got, data) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestDigestVerification(t *testing.T) {
+	data := f32Bytes(1, 2, 3, 4)
+	tests := []struct {
+		digest  string
+		wantErr string
+		logged  bool
+	}{
+		{"crc32c:0x9EBA690A", "", false},
+		{"crc32c:0x9eba690a", "", false},
+		{"CRC32C:0X9EBA690A", "", false},
+		{"sha256:ad73b9acd6e4a74b2f5bb5386658ce3bb146cd040a1867646ab3b973fb6632b1", "", false},
+		{"crc32c:0xDEADBEEF", "crc32c mismatch: expected 0xDEADBEEF, computed 0x9EBA690A", false},
+		{"sha256:00", "malformed sha256", false},
+		{"md5:abc", "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.digest, func(t *testing.T) {
+			var b fileBuilder
+			off := b.add(data)
+			var notes []string
+			p := newTestPipeline(t, b.open(t), Options{Verify: true, Logf: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
+			c := rawComponent("data", formats.F32, off, data)
+			c.Digest = tc.digest
+			r := p.Component(&formats.Tensor{Name: "crc"}, c)
+			_, _, spanOK := r.(FileSpanner).FileSpan(0, 4)
+			got, err := readAll(t, r, 100)
+			if tc.wantErr == "" {
+				if err != nil || !bytes.Equal(got, data) || !spanOK {
+					t.Fatalf("read: %v (span %v)", err, spanOK)
+				}
+			} else if err == nil || !strings.Contains(err.Error(), tc.wantErr) || spanOK {
+				t.Fatalf("err = %v, span %v; want %q", err, spanOK, tc.wantErr)
+			}
+			if (len(notes) > 0) != tc.logged {
+				t.Errorf("notes = %q", notes)
+			}
+		})
+	}
+}
+
+func TestSourceChangeFailsReads(t *testing.T) {
+	var b fileBuilder
+	data := f32Bytes(1, 2)
+	off := b.add(data)
+	src := b.open(t)
+	p := newTestPipeline(t, src, Options{})
+	r := p.Component(&formats.Tensor{}, rawComponent("data", formats.F32, off, data))
+	mustReadAll(t, r)
+	f, err := os.OpenFile(src.Path(), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("appended")
+	f.Close()
+	time.Sleep(changeCheckInterval + 20*time.Millisecond)
+	if _, err := readAll(t, r, 100); !errors.Is(err, ErrSourceChanged) {
+		t.Fatalf("after append: %v", err)
+	}
+	if _, _, ok := r.(FileSpanner).FileSpan(0, 4); ok {
+		t.Error("FileSpan after the source changed")
+	}
+}
+
+func TestComponentOutsideSource(t *testing.T) {
+	var b fileBuilder
+	b.add([]byte{1})
+	p := newTestPipeline(t, b.open(t), Options{})
+	c := &formats.Component{Role: "data", Offset: 1 << 62, Length: 1 << 62, Encoding: formats.Raw, Size: 1 << 62}
+	if _, err := p.Component(&formats.Tensor{}, c).Size(); err == nil {
+		t.Fatal("component beyond the source accepted")
+	}
+}
+
+func TestNPYOfReasons(t *testing.T) {
+	tests := []struct {
+		tensor *formats.Tensor
+		want   string
+	}{
+		{&formats.Tensor{Unsupported: "encoding \"lz4\" is not supported"}, "lz4"},
+		{&formats.Tensor{Logical: formats.Dense{DType: "f9"}}, "unknown"},
+		{&formats.Tensor{Logical: formats.Dense{DType: formats.F6E2M3}}, "no NumPy form"},
+		{&formats.Tensor{Shape: []uint64{1 << 62, 8}, Logical: formats.Dense{DType: formats.F32}}, "overflows"},
+	}
+	for _, tc := range tests {
+		if _, err := NPYOf(tc.tensor); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NPYOf = %v, want %q", err, tc.want)
+		}
+	}
+}

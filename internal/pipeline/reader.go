@@ -1,0 +1,189 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/ztfs/ztfs/internal/digest"
+)
+
+// Reader is one stage of a pipeline: a byte stream read at any offset.
+type Reader interface {
+	// Size returns the stream's length in bytes. The first call may have to
+	// decode (a zstd stream whose size the file does not record); the result
+	// is remembered.
+	Size() (int64, error)
+	// ReadAt follows io.ReaderAt: it returns n < len(p) only with an error,
+	// io.EOF when the stream ends first.
+	ReadAt(p []byte, off int64) (int, error)
+}
+
+// FileSpanner is implemented by readers whose bytes are, over some ranges,
+// a byte range of the source file, so that a caller can hand the kernel the
+// file descriptor instead of copying (splice).
+type FileSpanner interface {
+	// FileSpan reports whether the n bytes at off are the source's bytes at
+	// fileOff of the file descriptor fd.
+	FileSpan(off, n int64) (fd uintptr, fileOff int64, ok bool)
+}
+
+// clamp limits a read of len(p) bytes at off to a stream of the given size.
+// It returns the byte count to read and io.EOF if the read is cut short.
+func clamp(p []byte, off, size int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if off >= size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	if rest := size - off; int64(len(p)) > rest {
+		return int(rest), io.EOF
+	}
+	return len(p), nil
+}
+
+// Bytes serves an in-memory buffer, such as manifest.json.
+type Bytes []byte
+
+// Size implements Reader.
+func (b Bytes) Size() (int64, error) { return int64(len(b)), nil }
+
+// ReadAt implements Reader.
+func (b Bytes) ReadAt(p []byte, off int64) (int, error) {
+	n, eof := clamp(p, off, int64(len(b)))
+	copy(p[:n], b[off:])
+	return n, eof
+}
+
+// region serves a byte range of the source as stored.
+type region struct {
+	src      *Source
+	off, len int64
+}
+
+func (r *region) Size() (int64, error) { return r.len, nil }
+
+func (r *region) ReadAt(p []byte, off int64) (int, error) {
+	n, eof := clamp(p, off, r.len)
+	if n == 0 {
+		return 0, eof
+	}
+	got, err := r.src.ReadAt(p[:n], r.off+off)
+	if got < n {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("source file ends inside a component: %w", io.ErrUnexpectedEOF)
+		}
+		return got, err
+	}
+	return n, eof
+}
+
+func (r *region) FileSpan(off, n int64) (uintptr, int64, bool) {
+	if off < 0 || n < 0 || off > r.len || n > r.len-off || r.src.Check() != nil {
+		return 0, 0, false
+	}
+	return r.src.Fd(), r.off + off, true
+}
+
+// verified guards a region with its digest: the whole region is hashed once,
+// before the first byte is served, and every read fails after a mismatch.
+type verified struct {
+	region *region
+	digest string
+	report func(error) // told of a digest that cannot be checked
+
+	once sync.Once
+	err  error
+}
+
+func (v *verified) check() error {
+	v.once.Do(func() {
+		err := digest.Check(v.region.src, v.region.off, v.region.len, v.digest)
+		if errors.Is(err, digest.ErrUnverifiable) {
+			v.report(err)
+			err = nil
+		}
+		v.err = err
+	})
+	return v.err
+}
+
+func (v *verified) Size() (int64, error) { return v.region.len, nil }
+
+func (v *verified) ReadAt(p []byte, off int64) (int, error) {
+	if err := v.check(); err != nil {
+		return 0, err
+	}
+	return v.region.ReadAt(p, off)
+}
+
+func (v *verified) FileSpan(off, n int64) (uintptr, int64, bool) {
+	if v.check() != nil {
+		return 0, 0, false
+	}
+	return v.region.FileSpan(off, n)
+}
+
+// concat serves a fixed prefix followed by another stream: a .npy header
+// and the array data.
+type concat struct {
+	prefix []byte
+	body   Reader
+}
+
+func (c *concat) Size() (int64, error) {
+	n, err := c.body.Size()
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(c.prefix)) + n, nil
+}
+
+func (c *concat) ReadAt(p []byte, off int64) (int, error) {
+	size, err := c.Size()
+	if err != nil {
+		return 0, err
+	}
+	n, eof := clamp(p, off, size)
+	p = p[:n]
+	done := 0
+	if off < int64(len(c.prefix)) {
+		done = copy(p, c.prefix[off:])
+	}
+	if done < n {
+		got, err := c.body.ReadAt(p[done:], off+int64(done)-int64(len(c.prefix)))
+		if got < n-done {
+			if err == nil || errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return done + got, err
+		}
+	}
+	return n, eof
+}
+
+func (c *concat) FileSpan(off, n int64) (uintptr, int64, bool) {
+	fs, ok := c.body.(FileSpanner)
+	if !ok || off < int64(len(c.prefix)) {
+		return 0, 0, false
+	}
+	return fs.FileSpan(off-int64(len(c.prefix)), n)
+}
+
+// readFull reads exactly len(p) bytes at off from r; a short stream is an
+// error, since every caller knows the size it asks for exists.
+func readFull(r Reader, p []byte, off int64) error {
+	n, err := r.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = fmt.Errorf("stream ends at %d, inside a read of %d bytes at %d: %w", off+int64(n), len(p), off, io.ErrUnexpectedEOF)
+	}
+	return err
+}

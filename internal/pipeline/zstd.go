@@ -1,0 +1,280 @@
+package pipeline
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// maxZstdWindow is the largest back-reference window a stream may ask for:
+// the zstd command line's own default limit. It bounds each decoder's memory.
+const maxZstdWindow = 128 << 20
+
+// zstdStream decodes a zstd component (one or more concatenated frames)
+// block by block. Without a seek table a stream can only be decoded from its
+// start, so the stream keeps a decoder positioned where the last decode
+// stopped: sequential reads cost one pass, and only a read behind that
+// position starts over. Decoders come from a bounded pool shared by every
+// stream of a mount.
+type zstdStream struct {
+	stored    Reader // the compressed bytes
+	storedLen int64
+	blockSize int64
+	pool      *decoderPool
+	out       *cached // the cache front of this stream, for Peek and Put
+
+	mu       sync.Mutex // serialises decoding and guards the fields below
+	cur      *cursor
+	sizeDone bool
+	declared int64  // decoded size; -1 until known
+	max      uint64 // cap on the decoded size while it is unknown
+	sizeErr  error
+}
+
+func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSize int64, pool *decoderPool) *zstdStream {
+	return &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool,
+		declared: declared, max: max, sizeDone: declared >= 0}
+}
+
+// size returns the decoded size, decoding the whole stream once if the file
+// does not record it. Blocks decoded on the way go to the cache.
+func (z *zstdStream) size() (int64, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.sizeDone {
+		return z.declared, z.sizeErr
+	}
+	z.sizeDone = true
+	c, err := z.claim()
+	if err != nil {
+		z.sizeErr = err
+		return 0, err
+	}
+	defer z.pool.release(c)
+	for {
+		data, err := z.next(c)
+		if err != nil {
+			z.sizeErr = err
+			return 0, err
+		}
+		total := (c.next-1)*z.blockSize + int64(len(data))
+		if uint64(total) > z.max {
+			z.sizeErr = fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component", z.max)
+			return 0, z.sizeErr
+		}
+		if int64(len(data)) < z.blockSize {
+			z.declared = total
+			c.end = true
+			return total, nil
+		}
+	}
+}
+
+// block decodes block k, advancing this stream's decoder to it.
+func (z *zstdStream) block(k int64) ([]byte, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	// Another caller may have decoded past k while this one waited.
+	if b, ok := z.out.cache.Peek(z.out.key(k)); ok {
+		return b, nil
+	}
+	if !z.sizeDone || z.declared < 0 {
+		return nil, errors.New("zstd block read before the stream size is known")
+	}
+	last := (z.declared - 1) / z.blockSize
+	if k < 0 || k > last {
+		return nil, fmt.Errorf("zstd block %d out of range", k)
+	}
+	c, err := z.claim()
+	if err != nil {
+		return nil, err
+	}
+	defer z.pool.release(c)
+	if c.next > k || c.end {
+		c.restart = true
+	}
+	for {
+		data, err := z.next(c)
+		if err != nil {
+			return nil, err
+		}
+		index := c.next - 1
+		switch want := min(z.blockSize, z.declared-index*z.blockSize); {
+		case int64(len(data)) < want:
+			return nil, fmt.Errorf("zstd stream ends after %d bytes, expected %d", index*z.blockSize+int64(len(data)), z.declared)
+		case int64(len(data)) > want:
+			return nil, fmt.Errorf("zstd stream decodes to more than the expected %d bytes", z.declared)
+		}
+		if index == last {
+			if err := z.expectEnd(c); err != nil {
+				return nil, err
+			}
+		}
+		if index == k {
+			return data, nil
+		}
+	}
+}
+
+// expectEnd checks that the stream has nothing after the declared size.
+func (z *zstdStream) expectEnd(c *cursor) error {
+	c.end = true
+	var one [1]byte
+	n, err := readUntilEnd(c.dec, one[:])
+	if n > 0 {
+		return fmt.Errorf("zstd stream decodes to more than the expected %d bytes", z.declared)
+	}
+	if err != nil {
+		c.restart = true
+		return fmt.Errorf("zstd: %w", err)
+	}
+	return nil
+}
+
+// next decodes the block at the cursor and stores it in the cache. A block
+// shorter than blockSize ends the stream.
+func (z *zstdStream) next(c *cursor) ([]byte, error) {
+	if c.restart {
+		if err := z.reset(c); err != nil {
+			return nil, err
+		}
+	}
+	buf := make([]byte, z.blockSize)
+	n, err := readUntilEnd(c.dec, buf)
+	if err != nil {
+		c.restart = true
+		return nil, fmt.Errorf("zstd: %w", err)
+	}
+	data := buf[:n]
+	if n < len(buf) {
+		data = append([]byte(nil), data...) // do not pin a whole block for a short tail
+	}
+	if n > 0 {
+		z.out.cache.Put(z.out.key(c.next), data)
+	}
+	c.next++
+	return data, nil
+}
+
+func (z *zstdStream) reset(c *cursor) error {
+	c.next, c.end, c.restart = 0, false, false
+	if err := c.dec.Reset(io.NewSectionReader(readerAtFunc(z.stored.ReadAt), 0, z.storedLen)); err != nil {
+		c.restart = true
+		return fmt.Errorf("zstd: %w", err)
+	}
+	return nil
+}
+
+// claim takes this stream's decoder from the pool: its own if no other
+// stream took it meanwhile, otherwise one that must start from the top.
+func (z *zstdStream) claim() (*cursor, error) {
+	c, err := z.pool.claim(z, z.cur)
+	if err != nil {
+		return nil, err
+	}
+	z.cur = c
+	return c, nil
+}
+
+// readUntilEnd reads until buf is full or the stream ends cleanly. Unlike
+// io.ReadFull it keeps a clean end (io.EOF, returned as a nil error with a
+// short count) apart from a stream cut off inside a frame.
+func readUntilEnd(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+type readerAtFunc func(p []byte, off int64) (int, error)
+
+func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
+
+// cursor is a decoder and where it stands in its owner's stream.
+type cursor struct {
+	dec     *zstd.Decoder
+	owner   *zstdStream
+	next    int64 // index of the block the decoder yields next
+	end     bool  // the decoder has reached the end of the stream
+	restart bool  // the decoder must be reset before use
+	idle    *list.Element
+}
+
+// decoderPool bounds the number of live zstd decoders of a mount, and with
+// it their memory. An idle decoder keeps its position for its stream until
+// another stream needs it.
+type decoderPool struct {
+	mu    sync.Mutex
+	freed sync.Cond
+	max   int
+	live  []*cursor
+	idle  list.List // most recently released at the front
+}
+
+func newDecoderPool(max int) *decoderPool {
+	p := &decoderPool{max: max}
+	p.freed.L = &p.mu
+	return p
+}
+
+// claim returns mine if it still belongs to owner, else a decoder marked for
+// restart, waiting while every decoder is in use.
+func (p *decoderPool) claim(owner *zstdStream, mine *cursor) (*cursor, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if mine != nil && mine.owner == owner && mine.idle != nil {
+			p.idle.Remove(mine.idle)
+			mine.idle = nil
+			return mine, nil
+		}
+		if len(p.live) < p.max {
+			dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+			if err != nil {
+				return nil, fmt.Errorf("zstd: %w", err)
+			}
+			c := &cursor{dec: dec, owner: owner, restart: true}
+			p.live = append(p.live, c)
+			return c, nil
+		}
+		if back := p.idle.Back(); back != nil {
+			c := back.Value.(*cursor)
+			p.idle.Remove(back)
+			c.idle = nil
+			c.owner, c.restart = owner, true
+			return c, nil
+		}
+		p.freed.Wait()
+	}
+}
+
+// release returns a decoder to the pool, keeping its position.
+func (p *decoderPool) release(c *cursor) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c.idle = p.idle.PushFront(c)
+	p.freed.Signal()
+}
+
+// close frees every decoder.
+func (p *decoderPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.live {
+		c.dec.Close()
+	}
+	p.live = nil
+	p.idle.Init()
+}

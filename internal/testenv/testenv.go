@@ -1,0 +1,53 @@
+// Package testenv lets tests demand what they need from the machine: FUSE
+// mounts and a Python with NumPy. Where either is missing a test is skipped
+// on a developer's machine, but fails when ZTFS_REQUIRE_ALL=1, as in CI, so
+// that nothing is silently left untested there.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// RequireAllVar is the environment variable that turns skips into failures.
+const RequireAllVar = "ZTFS_REQUIRE_ALL"
+
+func missing(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(RequireAllVar) == "1" {
+		t.Fatalf("%s is required (%s=1) but not available", what, RequireAllVar)
+	}
+	t.Skipf("%s is not available", what)
+}
+
+// RequireFUSE stops the test unless this process can make FUSE mounts.
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing(t, "FUSE (/dev/fuse)")
+	}
+	if os.Geteuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			missing(t, "FUSE for non-root users (fusermount3, Debian package fuse3)")
+		}
+	}
+}
+
+// Python returns a python3 that can import numpy, or stops the test.
+// Debian's /usr/bin/python3 with python3-numpy is preferred over whatever
+// python3 comes first on PATH.
+func Python(t testing.TB) string {
+	t.Helper()
+	for _, candidate := range []string{"/usr/bin/python3", "python3"} {
+		path, err := exec.LookPath(candidate)
+		if err != nil {
+			continue
+		}
+		if exec.Command(path, "-c", "import numpy").Run() == nil {
+			return path
+		}
+	}
+	missing(t, "python3 with numpy (Debian package python3-numpy)")
+	return ""
+}

@@ -1,0 +1,234 @@
+package tree
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline"
+)
+
+func TestEscape(t *testing.T) {
+	tests := []struct{ name, want string }{
+		{"layer1.weight", "layer1.weight"},
+		{"model.layers.0.self_attn-q_proj", "model.layers.0.self_attn-q_proj"},
+		{"a/b", "a%2Fb"},
+		{"100%", "100%25"},
+		{"", "%"},
+		{".", "%2E"},
+		{"..", "%2E%2E"},
+		{"...", "..."},
+		{".hidden", ".hidden"},
+		{"tab\there", "tab%09here"},
+		{"nul\x00", "nul%00"},
+		{"del\x7f", "del%7F"},
+		{"bad\xffutf8", "bad%FFutf8"},
+		{"model/layers.0/wéight☃", "model%2Flayers.0%2Fwéight☃"},
+		{"a b:c+(d)", "a b:c+(d)"},
+		{"%2F", "%252F"},
+	}
+	for _, tc := range tests {
+		got := Escape(tc.name)
+		if got != tc.want {
+			t.Errorf("Escape(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+		back, err := Unescape(got)
+		if err != nil || back != tc.name {
+			t.Errorf("Unescape(%q) = %q, %v", got, back, err)
+		}
+	}
+}
+
+func TestEscapeLongNames(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	a, b := Escape(long+"a"), Escape(long+"b")
+	if len(a) > 255 || len(b) > 255 || a == b {
+		t.Fatalf("shortened names: %d %d bytes, equal %v", len(a), len(b), a == b)
+	}
+	if !strings.HasPrefix(a, "xxxx") || !strings.Contains(a, "%~") {
+		t.Errorf("shortened name %q", a)
+	}
+	if _, err := Unescape(a); err == nil {
+		t.Error("Unescape of a shortened name succeeded")
+	}
+	// Cuts never split an escape or a UTF-8 sequence.
+	for _, unit := range []string{"/", "é", "☃", "\xff"} {
+		for pad := 0; pad < 4; pad++ {
+			s := Escape(strings.Repeat("a", pad) + strings.Repeat(unit, 200))
+			if len(s) > 255 || !utf8.ValidString(s) {
+				t.Fatalf("unit %q pad %d: %d bytes, valid UTF-8 %v", unit, pad, len(s), utf8.ValidString(s))
+			}
+			body := s[:strings.Index(s, "%~")]
+			if _, err := Unescape(body); err != nil {
+				t.Fatalf("unit %q pad %d: cut inside an escape: %q", unit, pad, body[len(body)-4:])
+			}
+		}
+	}
+}
+
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"", ".", "..", "a/b", "%", "wéight", "\xff\x00", strings.Repeat("é", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		e := Escape(name)
+		if e == "" || e == "." || e == ".." || strings.ContainsAny(e, "/\x00") || len(e) > 255 || !utf8.ValidString(e) {
+			t.Fatalf("Escape(%q) = %q is not a safe path element", name, e)
+		}
+		if strings.Contains(e, shortenedMark) {
+			return
+		}
+		if back, err := Unescape(e); err != nil || back != name {
+			t.Fatalf("round trip of %q: %q, %v", name, back, err)
+		}
+	})
+}
+
+// buildTest lays out c over a small source file.
+func buildTest(t *testing.T, c *formats.Container) (*Tree, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "src")
+	if err := os.WriteFile(path, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, err := pipeline.OpenSource(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	p, err := pipeline.New(src, pipeline.Options{Cache: cache.New(1 << 20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return Build(c, p, path)
+}
+
+func dense(name string, roles ...string) *formats.Tensor {
+	t := &formats.Tensor{Name: name, Shape: []uint64{2}, DType: formats.F32, Layout: "dense",
+		Logical: formats.Dense{Role: "data", DType: formats.F32}}
+	if len(roles) == 0 {
+		roles = []string{"data"}
+	}
+	for i, r := range roles {
+		t.Components = append(t.Components, &formats.Component{Role: r, DType: formats.F32, Offset: uint64(64 * (i + 1)), Length: 8, Encoding: formats.Raw, Size: 8})
+	}
+	return t
+}
+
+func TestBuildLayout(t *testing.T) {
+	odd := dense("a/b", "data", "meta.json", "tensor.npy", "x/y")
+	unsupported := dense("lz")
+	unsupported.Components[0].Encoding = "lz4"
+	unsupported.Logical, unsupported.Unsupported = nil, `encoding "lz4" is not supported`
+	unknownSize := dense("z")
+	unknownSize.Components[0].Encoding, unknownSize.Components[0].Size = formats.Zstd, -1
+	nested := dense("0/temp")
+	nested.Path = []string{"0", "temp"}
+	c := &formats.Container{Format: "test", FormatVersion: "9", Attributes: map[string]any{"k": "v"},
+		Tensors: []*formats.Tensor{dense("w"), odd, unsupported, unknownSize, nested},
+		Files:   []*formats.File{{Name: "config.json", Content: []byte("{}")}}}
+	tr, err := buildTest(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{
+		"manifest.json", "config.json", "tensors/w/data", "tensors/w/meta.json", "tensors/w/tensor.npy",
+		"tensors/a%2Fb/%6Deta.json", "tensors/a%2Fb/%74ensor.npy", "tensors/a%2Fb/x%2Fy", "tensors/a%2Fb/meta.json",
+		"tensors/lz/data", "tensors/0/temp/tensor.npy",
+	} {
+		if _, err := tr.Lookup(path); err != nil {
+			t.Errorf("Lookup(%s): %v", path, err)
+		}
+	}
+	if _, err := tr.Lookup("tensors/lz/tensor.npy"); err == nil {
+		t.Error("unsupported tensor has a tensor.npy")
+	}
+
+	var m map[string]any
+	if err := json.Unmarshal(tr.Manifest, &m); err != nil {
+		t.Fatal(err)
+	}
+	tensors := m["tensors"].(map[string]any)
+	lz := tensors["lz"].(map[string]any)
+	if lz["npy"] != nil || lz["npy_missing"] != `encoding "lz4" is not supported` {
+		t.Errorf("lz: npy %v, npy_missing %v", lz["npy"], lz["npy_missing"])
+	}
+	lzData := lz["components"].(map[string]any)["data"].(map[string]any)
+	if lzData["decoded"] != false || lzData["stored"].(map[string]any)["encoding"] != "lz4" {
+		t.Errorf("lz data entry: %v", lzData)
+	}
+	if size := tensors["z"].(map[string]any)["components"].(map[string]any)["data"].(map[string]any)["size"]; size != nil {
+		t.Errorf("unknown size reported as %v", size)
+	}
+	if p := tensors["a/b"].(map[string]any)["components"].(map[string]any)["meta.json"].(map[string]any)["path"]; p != "tensors/a%2Fb/%6Deta.json" {
+		t.Errorf("component path %v", p)
+	}
+	if m["format_version"] != "9" || m["files"].(map[string]any)["config.json"] == nil {
+		t.Errorf("manifest head: %v", m)
+	}
+	// meta.json is the tensor's manifest entry.
+	meta, _ := tr.Lookup("tensors/w/meta.json")
+	buf := make([]byte, 4096)
+	n, _ := meta.Reader.ReadAt(buf, 0)
+	var entry map[string]any
+	if err := json.Unmarshal(buf[:n], &entry); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(tensors["w"])
+	got, _ := json.Marshal(entry)
+	if string(got) != string(want) {
+		t.Errorf("meta.json %s\nmanifest %s", got, want)
+	}
+	if !strings.Contains(string(tr.Manifest), `"shape": [2]`) {
+		t.Error("shapes are not on one line")
+	}
+}
+
+func TestBuildRejectsCollisions(t *testing.T) {
+	tests := map[string]*formats.Container{
+		"same name":    {Tensors: []*formats.Tensor{dense("a"), dense("a")}},
+		"nested clash": {Tensors: []*formats.Tensor{withPath(dense("x"), "0"), withPath(dense("y"), "0", "t")}},
+		"same role":    {Tensors: []*formats.Tensor{dense("a", "data", "data")}},
+		"reserved":     {Files: []*formats.File{{Name: "manifest.json", Content: []byte{}}}},
+	}
+	for name, c := range tests {
+		if _, err := buildTest(t, c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func withPath(t *formats.Tensor, path ...string) *formats.Tensor {
+	t.Path = path
+	return t
+}
+
+func TestInodeNumbersStable(t *testing.T) {
+	c := &formats.Container{Tensors: []*formats.Tensor{dense("b"), dense("a")}}
+	t1, err := buildTest(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, _ := buildTest(t, c)
+	seen := map[uint64]bool{}
+	var walk func(a, b *Node)
+	walk = func(a, b *Node) {
+		if a.ID != b.ID || a.ID == 0 || seen[a.ID] {
+			t.Fatalf("%s: ids %d and %d", a.Name, a.ID, b.ID)
+		}
+		seen[a.ID] = true
+		for i := range a.Children() {
+			walk(a.Children()[i], b.Children()[i])
+		}
+	}
+	walk(t1.Root, t2.Root)
+	if t1.Root.ID != 1 {
+		t.Errorf("root id %d", t1.Root.ID)
+	}
+}
