@@ -6,8 +6,6 @@ package fs
 
 import (
 	"context"
-	"errors"
-	"io"
 	"syscall"
 	"time"
 
@@ -157,10 +155,12 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 			return fuse.ReadResultFd(fd, fileOff, int(n)), 0
 		}
 	}
-	got, err := r.ReadAt(dest[:n], off)
-	if err != nil && !(errors.Is(err, io.EOF) && int64(got) == n) {
+	// Slices go to the kernel in one writev: one copy, none here. (A plain
+	// data result would be copied into a pipe and spliced: two more.)
+	slices, err := pipeline.ReadSlices(r, off, n, dest)
+	if err != nil {
 		f.opts.Logf("%s: read of %d bytes at %d: %v", f.Path(nil), n, off, err)
 		return nil, syscall.EIO
 	}
-	return fuse.ReadResultData(dest[:got]), 0
+	return fuse.ReadResultVector(slices), 0
 }

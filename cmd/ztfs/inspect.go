@@ -44,7 +44,11 @@ func runInspect(source string, asJSON, verify bool, stdout, stderr io.Writer) er
 	}
 	defer s.Close()
 	if asJSON {
-		if _, err := stdout.Write(s.Tree.Manifest); err != nil {
+		manifest, err := s.Tree.Manifest()
+		if err != nil {
+			return withCode(exitError, fmt.Errorf("%s: %w", source, err))
+		}
+		if _, err := stdout.Write(manifest); err != nil {
 			return withCode(exitError, err)
 		}
 	} else {

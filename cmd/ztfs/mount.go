@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -106,6 +108,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, logger *l
 		return err
 	}
 	defer s.Close()
+	boundMemory(int64(f.cacheSize))
 	abs, _ := filepath.Abs(source)
 	var debugLog *log.Logger
 	if f.debug {
@@ -138,6 +141,24 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, logger *l
 	signal.Stop(signals)
 	close(signals)
 	return nil
+}
+
+// serverOverhead is the memory a server needs besides its block cache:
+// zstd decoder windows, FUSE request buffers, the index and the tree.
+const serverOverhead = 48 << 20
+
+// boundMemory asks the Go runtime to collect garbage early enough that the
+// server stays near what it holds after opening the container (the index
+// and tree) plus its cache and a working margin, rather than letting the
+// heap grow to twice the live cache between collections. GOMEMLIMIT in the
+// environment takes precedence.
+func boundMemory(cacheSize int64) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + serverOverhead)
 }
 
 // checkMountpoint refuses a mountpoint that is not a directory or that

@@ -42,19 +42,43 @@ func (c *cached) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	n, eof := clamp(p, off, size)
-	for done := 0; done < n; {
-		pos := off + int64(done)
-		k := pos / c.blockSize
-		b, err := c.get(k)
-		if err != nil {
-			return done, err
-		}
-		within := pos - k*c.blockSize
-		want := min(c.blockSize, size-k*c.blockSize)
-		if int64(len(b)) != want {
-			return done, fmt.Errorf("decoded block %d has %d bytes, expected %d", k, len(b), want)
-		}
-		done += copy(p[done:n], b[within:])
+	done := 0
+	err = c.blocks(off, int64(n), size, func(b []byte) { done += copy(p[done:n], b) })
+	if err != nil {
+		return done, err
 	}
 	return n, eof
+}
+
+// ReadSlices lends the cached blocks themselves: no copy at all.
+func (c *cached) ReadSlices(off, n int64) ([][]byte, error) {
+	size, err := c.src.size()
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 || n < 0 || off > size || n > size-off {
+		return nil, fmt.Errorf("slice [%d, +%d) outside the %d-byte stream", off, n, size)
+	}
+	var out [][]byte
+	err = c.blocks(off, n, size, func(b []byte) { out = append(out, b) })
+	return out, err
+}
+
+// blocks calls visit with the parts of the decoded blocks that hold the n
+// bytes at off, in order.
+func (c *cached) blocks(off, n, size int64, visit func([]byte)) error {
+	for end := off + n; off < end; {
+		k := off / c.blockSize
+		b, err := c.get(k)
+		if err != nil {
+			return err
+		}
+		if want := min(c.blockSize, size-k*c.blockSize); int64(len(b)) != want {
+			return fmt.Errorf("decoded block %d has %d bytes, expected %d", k, len(b), want)
+		}
+		part := b[off-k*c.blockSize : min(int64(len(b)), end-k*c.blockSize)]
+		visit(part)
+		off += int64(len(part))
+	}
+	return nil
 }

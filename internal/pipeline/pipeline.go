@@ -138,16 +138,21 @@ type NPYInfo struct {
 	Size   uint64   // header and data
 }
 
-// NPYOf returns what t's tensor.npy holds, without reading anything, or an
-// error saying why t has none.
-func NPYOf(t *formats.Tensor) (NPYInfo, error) {
+// NPYMissing says why t has no tensor.npy, or returns nil when it has one.
+// It is cheap: the tree asks it of every tensor when it is laid out.
+func NPYMissing(t *formats.Tensor) error {
+	_, err := npyDType(t)
+	return err
+}
+
+func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 	var dt formats.DType
 	switch l := t.Logical.(type) {
 	case nil:
 		if t.Unsupported != "" {
-			return NPYInfo{}, errors.New(t.Unsupported)
+			return formats.DTypeInfo{}, errors.New(t.Unsupported)
 		}
-		return NPYInfo{}, errors.New("no logical form")
+		return formats.DTypeInfo{}, errors.New("no logical form")
 	case formats.Dense:
 		dt = l.DType
 	case formats.SparseCSR:
@@ -155,14 +160,24 @@ func NPYOf(t *formats.Tensor) (NPYInfo, error) {
 	case formats.SparseCOO:
 		dt = l.Values.DType
 	default:
-		return NPYInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
+		return formats.DTypeInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
 	}
 	info, ok := dt.Info()
 	if !ok {
-		return NPYInfo{}, fmt.Errorf("dtype %q is unknown", dt)
+		return info, fmt.Errorf("dtype %q is unknown", dt)
 	}
 	if info.NPY == "" {
-		return NPYInfo{}, fmt.Errorf("dtype %s has no NumPy form", dt)
+		return info, fmt.Errorf("dtype %s has no NumPy form", dt)
+	}
+	return info, nil
+}
+
+// NPYOf returns what t's tensor.npy holds, without reading anything, or an
+// error saying why t has none.
+func NPYOf(t *formats.Tensor) (NPYInfo, error) {
+	info, err := npyDType(t)
+	if err != nil {
+		return NPYInfo{}, err
 	}
 	shape := t.Shape
 	if shape == nil {
@@ -285,6 +300,13 @@ func (e exactSize) ReadAt(p []byte, off int64) (int, error) {
 	return e.r.ReadAt(p, off)
 }
 
+func (e exactSize) ReadSlices(off, n int64) ([][]byte, error) {
+	if _, err := e.Size(); err != nil {
+		return nil, err
+	}
+	return ReadSlices(e.r, off, n, nil)
+}
+
 func (e exactSize) FileSpan(off, n int64) (uintptr, int64, bool) {
 	if fs, ok := e.r.(FileSpanner); ok {
 		return fs.FileSpan(off, n)
@@ -315,6 +337,11 @@ func (c *contextual) Size() (int64, error) {
 func (c *contextual) ReadAt(p []byte, off int64) (int, error) {
 	n, err := c.r.ReadAt(p, off)
 	return n, c.wrap(err)
+}
+
+func (c *contextual) ReadSlices(off, n int64) ([][]byte, error) {
+	s, err := ReadSlices(c.r, off, n, nil)
+	return s, c.wrap(err)
 }
 
 func (c *contextual) FileSpan(off, n int64) (uintptr, int64, bool) {

@@ -29,6 +29,15 @@ type FileSpanner interface {
 	FileSpan(off, n int64) (fd uintptr, fileOff int64, ok bool)
 }
 
+// Slicer is implemented by readers that can lend their bytes instead of
+// copying them: slices of immutable decoded blocks. A caller may hand the
+// slices to the kernel in one writev.
+type Slicer interface {
+	// ReadSlices returns the n bytes at off, which must lie within the
+	// stream, as a list of slices the caller must not modify.
+	ReadSlices(off, n int64) ([][]byte, error)
+}
+
 // clamp limits a read of len(p) bytes at off to a stream of the given size.
 // It returns the byte count to read and io.EOF if the read is cut short.
 func clamp(p []byte, off, size int64) (int, error) {
@@ -167,6 +176,20 @@ func (c *concat) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
+func (c *concat) ReadSlices(off, n int64) ([][]byte, error) {
+	var out [][]byte
+	if off < int64(len(c.prefix)) {
+		head := c.prefix[off:min(int64(len(c.prefix)), off+n)]
+		out = append(out, head)
+		off, n = off+int64(len(head)), n-int64(len(head))
+	}
+	if n == 0 {
+		return out, nil
+	}
+	body, err := ReadSlices(c.body, off-int64(len(c.prefix)), n, nil)
+	return append(out, body...), err
+}
+
 func (c *concat) FileSpan(off, n int64) (uintptr, int64, bool) {
 	fs, ok := c.body.(FileSpanner)
 	if !ok || off < int64(len(c.prefix)) {
@@ -186,4 +209,19 @@ func readFull(r Reader, p []byte, off int64) error {
 		err = fmt.Errorf("stream ends at %d, inside a read of %d bytes at %d: %w", off+int64(n), len(p), off, io.ErrUnexpectedEOF)
 	}
 	return err
+}
+
+// ReadSlices returns the n bytes of r at off as slices: lent by r when it
+// can, else read into buf, or into a new buffer if buf is too small.
+func ReadSlices(r Reader, off, n int64, buf []byte) ([][]byte, error) {
+	if s, ok := r.(Slicer); ok {
+		return s.ReadSlices(off, n)
+	}
+	if int64(len(buf)) < n {
+		buf = make([]byte, n)
+	}
+	if err := readFull(r, buf[:n], off); err != nil {
+		return nil, err
+	}
+	return [][]byte{buf[:n]}, nil
 }

@@ -1,84 +1,207 @@
 package tree
 
 import (
-	"bytes"
-	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline"
 )
 
 // ManifestVersion is the value of "ztfs_manifest": it changes only when
 // manifest.json changes incompatibly.
 const ManifestVersion = 1
 
-// The manifest's structs fix the order of keys; maps are sorted by key.
-
-type manifest struct {
-	ZtfsManifest  int                     `json:"ztfs_manifest"`
-	Source        sourceEntry             `json:"source"`
-	Format        string                  `json:"format"`
-	FormatVersion *string                 `json:"format_version"`
-	Attributes    map[string]any          `json:"attributes"`
-	Files         map[string]fileEntry    `json:"files"`
-	Tensors       map[string]*tensorEntry `json:"tensors"`
-}
-
-type sourceEntry struct {
-	Path string `json:"path"`
-	Size int64  `json:"size"`
-}
-
-type fileEntry struct {
-	Path string `json:"path"`
-	Size uint64 `json:"size"`
-}
-
-type tensorEntry struct {
-	Name       string                     `json:"name"`
-	Path       string                     `json:"path"`
-	Shape      []uint64                   `json:"shape"`
-	DType      string                     `json:"dtype"`
-	Layout     string                     `json:"layout"`
-	Attributes map[string]any             `json:"attributes"`
-	NPY        *npyEntry                  `json:"npy"`
-	NPYMissing string                     `json:"npy_missing,omitempty"`
-	Components map[string]*componentEntry `json:"components"`
-}
-
-type npyEntry struct {
-	Path  string   `json:"path"`
-	DType string   `json:"dtype"`
-	Shape []uint64 `json:"shape"`
-	Size  uint64   `json:"size"`
-}
-
-type componentEntry struct {
-	Path  string `json:"path"`
-	DType string `json:"dtype"`
-	// Size is null when only decoding tells (stat the file to learn it).
-	Size    *int64      `json:"size"`
-	Stored  storedEntry `json:"stored"`
-	Decoded *bool       `json:"decoded,omitempty"`
-	Note    string      `json:"note,omitempty"`
-}
-
-type storedEntry struct {
-	Offset    uint64  `json:"offset"`
-	Length    uint64  `json:"length"`
-	Encoding  string  `json:"encoding"`
-	Digest    *string `json:"digest"`
-	ByteOrder string  `json:"byte_order"`
-}
-
-// encodeJSON renders v as indented UTF-8 JSON with a final newline, leaving
-// '<', '>' and '&' unescaped so that dtypes read as "<f4".
-func encodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+// writeManifest writes manifest.json: the container, normalized, with the
+// path of every file (mount-layout.md).
+func (tr *Tree) writeManifest() ([]byte, error) {
+	c := tr.c
+	w := &jsonWriter{}
+	w.open('{')
+	w.key("ztfs_manifest")
+	w.int(ManifestVersion)
+	w.key("source")
+	w.open('{')
+	w.key("path")
+	w.str(tr.sourcePath)
+	w.key("size")
+	w.int(tr.p.Source().Size())
+	w.close('}')
+	w.key("format")
+	w.str(c.Format)
+	w.key("format_version")
+	if c.FormatVersion == "" {
+		w.null()
+	} else {
+		w.str(c.FormatVersion)
 	}
-	return inlineScalarArrays(buf.Bytes()), nil
+	w.key("attributes")
+	if err := w.value(orEmpty(c.Attributes)); err != nil {
+		return nil, fmt.Errorf("manifest.json: attributes: %w", err)
+	}
+
+	w.key("files")
+	w.open('{')
+	files := append([]*formats.File(nil), c.Files...)
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	for _, f := range files {
+		size := f.Length
+		if f.Content != nil {
+			size = uint64(len(f.Content))
+		}
+		w.key(f.Name)
+		w.open('{')
+		w.key("path")
+		w.str(Escape(f.Name))
+		w.key("size")
+		w.uint(size)
+		w.close('}')
+	}
+	w.close('}')
+
+	w.key("tensors")
+	w.open('{')
+	dirs := tr.tensorDirs()
+	sort.Slice(dirs, func(i, j int) bool { return dirs[i].t.Name < dirs[j].t.Name })
+	for i, td := range dirs {
+		if i > 0 && dirs[i-1].t.Name == td.t.Name {
+			return nil, fmt.Errorf("manifest.json: two tensors are named %q", td.t.Name)
+		}
+		w.key(td.t.Name)
+		if err := tr.writeEntry(w, td); err != nil {
+			return nil, err
+		}
+	}
+	w.close('}')
+	w.close('}')
+	return append(w.buf, '\n'), nil
+}
+
+// tensorDirs returns every tensor directory of the tree.
+func (tr *Tree) tensorDirs() []*tensorDir {
+	var out []*tensorDir
+	var walk func(n *Node)
+	walk = func(n *Node) {
+		if n.tensor != nil {
+			out = append(out, n.tensor)
+			return
+		}
+		for _, c := range n.children {
+			walk(c)
+		}
+	}
+	walk(tr.Root.Child("tensors"))
+	return out
+}
+
+// writeEntry writes a tensor's manifest entry, which is also its meta.json.
+func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
+	t := td.t
+	w.open('{')
+	w.key("name")
+	w.str(t.Name)
+	w.key("path")
+	w.str(td.path)
+	w.key("shape")
+	w.uints(t.Shape)
+	w.key("dtype")
+	w.str(string(t.DType))
+	w.key("layout")
+	w.str(t.Layout)
+	w.key("attributes")
+	if err := w.value(orEmpty(t.Attributes)); err != nil {
+		return fmt.Errorf("tensor %q: attributes: %w", t.Name, err)
+	}
+	w.key("npy")
+	if info, err := pipeline.NPYOf(t); err != nil {
+		w.null()
+		w.key("npy_missing")
+		w.str(err.Error())
+	} else {
+		w.open('{')
+		w.key("path")
+		w.str(td.path + "/" + npyName)
+		w.key("dtype")
+		w.str(info.Descr)
+		w.key("shape")
+		w.uints(info.Shape)
+		w.key("size")
+		w.uint(info.Size)
+		w.close('}')
+	}
+	w.key("components")
+	w.open('{')
+	order := make([]int, len(t.Components))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return t.Components[order[a]].Role < t.Components[order[b]].Role })
+	for _, i := range order {
+		w.key(t.Components[i].Role)
+		writeComponent(w, t.Components[i], td.path+"/"+td.files[i])
+	}
+	w.close('}')
+	w.close('}')
+	return nil
+}
+
+// writeComponent writes a component's entry: its decoded file and, under
+// "stored", the bytes as the source holds them.
+func writeComponent(w *jsonWriter, c *formats.Component, path string) {
+	w.open('{')
+	w.key("path")
+	w.str(path)
+	w.key("dtype")
+	w.str(string(c.DType))
+	w.key("size") // null when only decoding tells: stat the file
+	if c.Size >= 0 {
+		w.int(c.Size)
+	} else {
+		w.null()
+	}
+	w.key("stored")
+	w.open('{')
+	w.key("offset")
+	w.uint(c.Offset)
+	w.key("length")
+	w.uint(c.Length)
+	w.key("encoding")
+	w.str(string(c.Encoding))
+	w.key("digest")
+	if c.Digest == "" {
+		w.null()
+	} else {
+		w.str(c.Digest)
+	}
+	w.key("byte_order")
+	if c.BigEndian {
+		w.str("big")
+	} else {
+		w.str("little")
+	}
+	w.close('}')
+	switch {
+	case !c.Encoding.Known():
+		w.key("decoded")
+		w.boolean(false)
+		w.key("note")
+		w.str(fmt.Sprintf("encoding %q is not supported; the file holds the stored bytes", c.Encoding))
+	case c.BigEndian && !c.DType.Known():
+		w.key("note")
+		w.str(fmt.Sprintf("dtype %q is unknown, so its big-endian elements could not be swapped", c.DType))
+	case c.BigEndian:
+		w.key("note")
+		w.str("stored big-endian; the file holds little-endian elements")
+	}
+	w.close('}')
+}
+
+// orEmpty makes a nil attribute map render as {} rather than null.
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
 }
 
 // inlineScalarArrays puts every array that holds no object or array on one

@@ -3,6 +3,9 @@
 // path>/{meta.json, one file per component, tensor.npy}, and a format's
 // extra files at the root, each file with the pipeline reader that serves
 // it. It knows nothing of FUSE: the fs package and `ztfs cat` both serve it.
+//
+// Laying out costs little per tensor: a tensor's directory is filled on
+// first use, and manifest.json and meta.json are written when first read.
 package tree
 
 import (
@@ -10,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
@@ -22,53 +26,54 @@ type Node struct {
 	// laid out (1 for the root), usable as an inode number.
 	ID uint64
 	// Reader serves a file's bytes; nil for a directory.
-	Reader   pipeline.Reader
-	children []*Node
-	index    map[string]*Node
-	tensor   bool // a tensor's own directory
+	Reader pipeline.Reader
+
+	children []*Node // sorted by name; for a tensor directory, filled by fill
+	tensor   *tensorDir
+}
+
+// tensorDir is the lazily filled directory of one tensor.
+type tensorDir struct {
+	t     *formats.Tensor
+	path  string // tensors/<escaped path>
+	files []string
+	tr    *Tree
+	once  sync.Once
 }
 
 // IsDir reports whether n is a directory.
 func (n *Node) IsDir() bool { return n.Reader == nil }
 
 // Children returns a directory's entries sorted by name.
-func (n *Node) Children() []*Node { return n.children }
-
-// Child returns the entry called name, or nil.
-func (n *Node) Child(name string) *Node { return n.index[name] }
-
-func newDir(name string) *Node { return &Node{Name: name, index: map[string]*Node{}} }
-
-func (n *Node) add(child *Node) error {
-	if _, dup := n.index[child.Name]; dup {
-		return fmt.Errorf("two entries named %q", child.Name)
+func (n *Node) Children() []*Node {
+	if n.tensor != nil {
+		n.tensor.once.Do(func() { n.children = n.tensor.fill(n.ID) })
 	}
-	n.index[child.Name] = child
-	n.children = append(n.children, child)
-	return nil
+	return n.children
 }
 
-// finish sorts every directory and numbers the nodes depth first.
-func (n *Node) finish(next *uint64) {
-	n.ID = *next
-	*next++
-	sort.Slice(n.children, func(i, j int) bool { return n.children[i].Name < n.children[j].Name })
-	for _, c := range n.children {
-		if c.IsDir() {
-			c.finish(next)
-		} else {
-			c.ID = *next
-			*next++
-		}
+// Child returns the entry called name, or nil.
+func (n *Node) Child(name string) *Node {
+	children := n.Children()
+	i := sort.Search(len(children), func(i int) bool { return children[i].Name >= name })
+	if i < len(children) && children[i].Name == name {
+		return children[i]
 	}
+	return nil
 }
 
 // Tree is the laid-out container.
 type Tree struct {
 	Root *Node
-	// Manifest is the content of manifest.json.
-	Manifest []byte
+
+	c          *formats.Container
+	p          *pipeline.Pipeline
+	sourcePath string // absolute
+	manifest   lazyBytes
 }
+
+// Manifest returns the content of manifest.json, writing it on first use.
+func (t *Tree) Manifest() ([]byte, error) { return t.manifest.get() }
 
 // Lookup returns the node at a slash-separated path relative to the root.
 func (t *Tree) Lookup(path string) (*Node, error) {
@@ -104,171 +109,161 @@ func componentFile(role string) string {
 }
 
 // Build lays out container c, whose bytes p serves. sourcePath is reported
-// in manifest.json (made absolute).
+// in manifest.json (made absolute). It fails on names the tree cannot hold
+// apart; everything else about a tensor is checked by its reader.
 func Build(c *formats.Container, p *pipeline.Pipeline, sourcePath string) (*Tree, error) {
 	abs, err := filepath.Abs(sourcePath)
 	if err != nil {
 		return nil, err
 	}
-	m := &manifest{
-		ZtfsManifest: ManifestVersion,
-		Source:       sourceEntry{Path: abs, Size: p.Source().Size()},
-		Format:       c.Format,
-		Attributes:   orEmpty(c.Attributes),
-		Files:        map[string]fileEntry{},
-		Tensors:      map[string]*tensorEntry{},
-	}
-	if c.FormatVersion != "" {
-		m.FormatVersion = &c.FormatVersion
-	}
-	root := newDir("")
-	tensors := newDir("tensors")
-	if err := root.add(tensors); err != nil {
-		return nil, err
-	}
+	tr := &Tree{c: c, p: p, sourcePath: abs}
+	root := &Node{}
+	tensors := &Node{Name: "tensors"}
+	root.children = append(root.children, tensors)
+	dirs := map[string]*Node{}
+	stride := uint64(3) // the directory, meta.json, tensor.npy
 	for _, t := range c.Tensors {
-		if _, dup := m.Tensors[t.Name]; dup {
-			return nil, fmt.Errorf("tensor %q: name appears twice", t.Name)
-		}
-		entry, err := addTensor(tensors, t, p)
+		dir, err := tr.addTensor(tensors, t, dirs)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		m.Tensors[t.Name] = entry
+		stride = max(stride, uint64(len(dir.tensor.files))+1)
 	}
 	for _, f := range c.Files {
 		name := Escape(f.Name)
 		if name == "manifest.json" || name == "tensors" {
 			return nil, fmt.Errorf("file %q: name is reserved by the mount", f.Name)
 		}
-		r := p.File(f)
-		size := f.Length
-		if f.Content != nil {
-			size = uint64(len(f.Content))
-		}
-		if err := root.add(&Node{Name: name, Reader: r}); err != nil {
-			return nil, fmt.Errorf("file %q: %w", f.Name, err)
-		}
-		m.Files[f.Name] = fileEntry{Path: name, Size: size}
+		root.children = append(root.children, &Node{Name: name, Reader: p.File(f)})
 	}
-	manifestJSON, err := encodeJSON(m)
-	if err != nil {
-		return nil, fmt.Errorf("manifest.json: %w", err)
-	}
-	if err := root.add(&Node{Name: "manifest.json", Reader: pipeline.Bytes(manifestJSON)}); err != nil {
+	root.children = append(root.children, &Node{Name: "manifest.json", Reader: &tr.manifest})
+	tr.manifest.build = tr.writeManifest
+	next := uint64(1)
+	if err := root.finish(&next, stride); err != nil {
 		return nil, err
 	}
-	next := uint64(1)
-	root.finish(&next)
-	return &Tree{Root: root, Manifest: manifestJSON}, nil
+	tr.Root = root
+	return tr, nil
 }
 
-// addTensor creates t's directory below tensors and returns its manifest
-// entry.
-func addTensor(tensors *Node, t *formats.Tensor, p *pipeline.Pipeline) (*tensorEntry, error) {
+// addTensor creates t's directory below tensors, to be filled on first use.
+// dirs holds the intermediate directories of nested paths by their path.
+// Two entries with one name in a directory are caught by finish.
+func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Node) (*Node, error) {
 	elems := t.DirPath()
 	if len(elems) == 0 {
 		return nil, fmt.Errorf("empty directory path")
 	}
-	dir := tensors
+	parent := tensors
 	path := "tensors"
-	for i, raw := range elems {
-		name := Escape(raw)
-		path += "/" + name
-		next := dir.Child(name)
-		last := i == len(elems)-1
-		switch {
-		case next == nil:
-			next = newDir(name)
-			if err := dir.add(next); err != nil {
-				return nil, err
-			}
-		case last || next.tensor:
-			return nil, fmt.Errorf("directory %s is already used by another tensor", path)
+	for _, raw := range elems[:len(elems)-1] {
+		path += "/" + Escape(raw)
+		next := dirs[path]
+		if next == nil {
+			next = &Node{Name: Escape(raw)}
+			dirs[path] = next
+			parent.children = append(parent.children, next)
 		}
-		dir = next
+		parent = next
 	}
-	dir.tensor = true
-	if len(dir.children) > 0 {
-		return nil, fmt.Errorf("directory %s is already used by another tensor", path)
-	}
-
-	shape := t.Shape
-	if shape == nil {
-		shape = []uint64{}
-	}
-	entry := &tensorEntry{
-		Name: t.Name, Path: path, Shape: shape, DType: string(t.DType), Layout: t.Layout,
-		Attributes: orEmpty(t.Attributes), Components: map[string]*componentEntry{},
-	}
+	name := Escape(elems[len(elems)-1])
+	path += "/" + name
+	dir := &Node{Name: name}
+	parent.children = append(parent.children, dir)
+	td := &tensorDir{t: t, path: path, tr: tr}
 	for _, c := range t.Components {
-		name := componentFile(c.Role)
-		if err := dir.add(&Node{Name: name, Reader: p.Component(t, c)}); err != nil {
-			return nil, fmt.Errorf("component %q: %w", c.Role, err)
-		}
-		if _, dup := entry.Components[c.Role]; dup {
-			return nil, fmt.Errorf("component %q appears twice", c.Role)
-		}
-		entry.Components[c.Role] = componentManifest(c, path+"/"+name)
+		td.files = append(td.files, componentFile(c.Role))
 	}
-	if info, err := pipeline.NPYOf(t); err != nil {
-		entry.NPYMissing = err.Error()
-	} else {
-		r, err := p.NPY(t)
-		if err != nil {
-			return nil, err
+	td.files = append(td.files, metaName)
+	if pipeline.NPYMissing(t) == nil {
+		td.files = append(td.files, npyName)
+	}
+	// A tensor has a handful of files: comparing pairs beats sorting.
+	for i, a := range td.files {
+		for _, b := range td.files[:i] {
+			if a == b {
+				return nil, fmt.Errorf("two components are named %q", a)
+			}
 		}
-		if err := dir.add(&Node{Name: npyName, Reader: r}); err != nil {
-			return nil, err
-		}
-		entry.NPY = &npyEntry{Path: path + "/" + npyName, DType: info.Descr, Shape: info.Shape, Size: info.Size}
 	}
-	meta, err := encodeJSON(entry)
-	if err != nil {
-		return nil, fmt.Errorf("meta.json: %w", err)
-	}
-	if err := dir.add(&Node{Name: metaName, Reader: pipeline.Bytes(meta)}); err != nil {
-		return nil, err
-	}
-	return entry, nil
+	dir.tensor = td
+	return dir, nil
 }
 
-func componentManifest(c *formats.Component, path string) *componentEntry {
-	e := &componentEntry{
-		Path:  path,
-		DType: string(c.DType),
-		Stored: storedEntry{
-			Offset: c.Offset, Length: c.Length, Encoding: string(c.Encoding), ByteOrder: "little",
-		},
+// finish sorts every directory, rejects entries that share a name, and
+// numbers the nodes depth first. A tensor directory takes stride numbers,
+// one for itself and the rest for its files, so that its files can be
+// numbered when they are created.
+func (n *Node) finish(next *uint64, stride uint64) error {
+	n.ID = *next
+	if n.tensor != nil {
+		*next += stride
+		return nil
 	}
-	if c.Size >= 0 {
-		size := c.Size
-		e.Size = &size
+	*next++
+	sort.Slice(n.children, func(i, j int) bool { return n.children[i].Name < n.children[j].Name })
+	for i, c := range n.children {
+		if i > 0 && n.children[i-1].Name == c.Name {
+			return fmt.Errorf("two entries named %q in one directory (tensor paths collide)", c.Name)
+		}
+		if c.IsDir() {
+			if err := c.finish(next, stride); err != nil {
+				return err
+			}
+		} else {
+			c.ID = *next
+			*next++
+		}
 	}
-	if c.Digest != "" {
-		digest := c.Digest
-		e.Stored.Digest = &digest
-	}
-	if c.BigEndian {
-		e.Stored.ByteOrder = "big"
-	}
-	switch {
-	case !c.Encoding.Known():
-		decoded := false
-		e.Decoded = &decoded
-		e.Note = fmt.Sprintf("encoding %q is not supported; the file holds the stored bytes", c.Encoding)
-	case c.BigEndian && !c.DType.Known():
-		e.Note = fmt.Sprintf("dtype %q is unknown, so its big-endian elements could not be swapped", c.DType)
-	case c.BigEndian:
-		e.Note = "stored big-endian; the file holds little-endian elements"
-	}
-	return e
+	return nil
 }
 
-// orEmpty makes a nil attribute map render as {} rather than null.
-func orEmpty(m map[string]any) map[string]any {
-	if m == nil {
-		return map[string]any{}
+// fill creates a tensor directory's files; id is the directory's number.
+func (td *tensorDir) fill(id uint64) []*Node {
+	t, p := td.t, td.tr.p
+	var nodes []*Node
+	for i, c := range t.Components {
+		nodes = append(nodes, &Node{Name: td.files[i], Reader: p.Component(t, c)})
 	}
-	return m
+	meta := &lazyBytes{build: func() ([]byte, error) {
+		w := &jsonWriter{}
+		if err := td.tr.writeEntry(w, td); err != nil {
+			return nil, err
+		}
+		return append(w.buf, '\n'), nil
+	}}
+	nodes = append(nodes, &Node{Name: metaName, Reader: meta})
+	if r, err := p.NPY(t); err == nil {
+		nodes = append(nodes, &Node{Name: npyName, Reader: r})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for i, n := range nodes {
+		n.ID = id + 1 + uint64(i)
+	}
+	return nodes
+}
+
+// lazyBytes is a file whose content is made on first use.
+type lazyBytes struct {
+	build func() ([]byte, error)
+	once  sync.Once
+	data  pipeline.Bytes
+	err   error
+}
+
+func (l *lazyBytes) get() ([]byte, error) {
+	l.once.Do(func() { l.data, l.err = l.build() })
+	return l.data, l.err
+}
+
+func (l *lazyBytes) Size() (int64, error) {
+	b, err := l.get()
+	return int64(len(b)), err
+}
+
+func (l *lazyBytes) ReadAt(p []byte, off int64) (int, error) {
+	if _, err := l.get(); err != nil {
+		return 0, err
+	}
+	return l.data.ReadAt(p, off)
 }

@@ -1,9 +1,11 @@
 package tree
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -150,8 +152,12 @@ func TestBuildLayout(t *testing.T) {
 		t.Error("unsupported tensor has a tensor.npy")
 	}
 
+	manifest, err := tr.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var m map[string]any
-	if err := json.Unmarshal(tr.Manifest, &m); err != nil {
+	if err := json.Unmarshal(manifest, &m); err != nil {
 		t.Fatal(err)
 	}
 	tensors := m["tensors"].(map[string]any)
@@ -185,7 +191,7 @@ func TestBuildLayout(t *testing.T) {
 	if string(got) != string(want) {
 		t.Errorf("meta.json %s\nmanifest %s", got, want)
 	}
-	if !strings.Contains(string(tr.Manifest), `"shape": [2]`) {
+	if !strings.Contains(string(manifest), `"shape": [2]`) {
 		t.Error("shapes are not on one line")
 	}
 }
@@ -230,5 +236,59 @@ func TestInodeNumbersStable(t *testing.T) {
 	walk(t1.Root, t2.Root)
 	if t1.Root.ID != 1 {
 		t.Errorf("root id %d", t1.Root.ID)
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "a\"b\\c", "\x00\x01\b\f\n\r\t\x1f\x7f", "<f4>&", "wéight☃", "\u2028\u2029", "\xff\xfe", "a\xc3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		enc.Encode(s)
+		if got := appendString(nil, s); string(got) != strings.TrimSuffix(want.String(), "\n") {
+			t.Fatalf("appendString(%q) = %s, encoding/json says %s", s, got, want.String())
+		}
+	})
+}
+
+// The manifest is valid JSON whatever the names and attributes hold, and
+// meta.json is the tensor's entry in it.
+func TestManifestOddValues(t *testing.T) {
+	weird := dense("x\"\\\n\x00\xffé")
+	weird.Attributes = map[string]any{"nested": []any{[]any{1, 2}, map[string]any{"b": "x", "a": nil}}, "f": 1.5, "big": uint64(1 << 63), "bytes": map[string]any{"bytes_hex": "00ff"}}
+	c := &formats.Container{Format: "test", Attributes: map[string]any{"k": []any{"a", "b"}}, Tensors: []*formats.Tensor{weird, dense("")}}
+	tr, err := buildTest(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := tr.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Tensors map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		t.Fatalf("manifest.json is not JSON: %v\n%s", err, manifest)
+	}
+	for _, dir := range tr.Root.Child("tensors").Children() {
+		meta := dir.Child("meta.json")
+		b := make([]byte, 1<<16)
+		n, _ := meta.Reader.ReadAt(b, 0)
+		var name struct{ Name string }
+		json.Unmarshal(b[:n], &name)
+		var a, e any
+		json.Unmarshal(b[:n], &a)
+		json.Unmarshal(m.Tensors[name.Name], &e)
+		if !reflect.DeepEqual(a, e) || e == nil {
+			t.Errorf("%s: meta.json differs from the manifest entry", dir.Name)
+		}
+	}
+	if !strings.Contains(string(manifest), `"nested": [
+`) || !strings.Contains(string(manifest), `[1, 2]`) {
+		t.Errorf("attribute layout:\n%s", manifest)
 	}
 }

@@ -1,0 +1,68 @@
+package detect
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztfs/ztfs/internal/fixtures"
+)
+
+func TestFormatOfEveryFixture(t *testing.T) {
+	for _, fx := range fixtures.All() {
+		b, err := os.ReadFile(filepath.Join(fixtures.Dir(), fx.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Open(bytes.NewReader(b), int64(len(b)))
+		if (err == nil) != (fx.Reject == "") {
+			t.Errorf("%s: err = %v, reject %q", fx.Path, err, fx.Reject)
+		}
+		if err != nil && !strings.Contains(err.Error(), fx.Reject) {
+			t.Errorf("%s: err = %v, want %q", fx.Path, err, fx.Reject)
+		}
+		want := strings.Split(fx.Path, "/")[0]
+		if got := Format(b[:min(len(b), headSize)], int64(len(b))); got != want && fx.Reject == "" {
+			t.Errorf("%s: detected %q", fx.Path, got)
+		}
+	}
+}
+
+func TestDetectionUsesBytesOnly(t *testing.T) {
+	tests := []struct {
+		name, content, want string
+	}{
+		{"model.safetensors", "ZTEN1000" + strings.Repeat("\x00", 40), "ztensor"},
+		{"empty", "", "the file is empty"},
+		{"text", "hello world, this is not a tensor file", "unknown format"},
+		{"tensogram", "TENSOGRM\x00\x03", "tensogram files are not supported yet"},
+		{"mcf", "MCF\x00\x01\x00", "mcf files are not supported yet"},
+		{"npy", "\x93NUMPY\x01\x00v\x00{'descr': '<f4'", "unknown format"},
+	}
+	for _, tc := range tests {
+		_, err := Open(strings.NewReader(tc.content), int64(len(tc.content)))
+		if tc.want == "ztensor" {
+			if err == nil || strings.Contains(err.Error(), "unknown format") {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	dir := t.TempDir()
+	for _, rel := range []string{"ztensor/v1_1/valid/dense_f32.zt", "safetensors/official/valid_serialized_attn0_f32.safetensors"} {
+		b, _ := os.ReadFile(filepath.Join(fixtures.Dir(), rel))
+		path := filepath.Join(dir, "renamed.bin")
+		os.WriteFile(path, b, 0o644)
+		f, _ := os.Open(path)
+		c, err := Open(f, int64(len(b)))
+		f.Close()
+		if err != nil || c.Format != strings.Split(rel, "/")[0] {
+			t.Errorf("%s renamed: %v", rel, err)
+		}
+	}
+}

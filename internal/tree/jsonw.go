@@ -1,0 +1,140 @@
+package tree
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// jsonWriter writes indented JSON directly, in the layout encoding/json's
+// indenting encoder produces (two spaces, "key": value), except that arrays
+// of numbers stay on one line. manifest.json of a file with 100,000 tensors
+// is tens of megabytes: reflection and re-indenting would cost more than
+// parsing the file's index.
+type jsonWriter struct {
+	buf   []byte
+	depth int
+	// fresh is true right after an opening bracket: the next member needs
+	// no comma.
+	fresh bool
+}
+
+func (w *jsonWriter) newline() {
+	w.buf = append(w.buf, '\n')
+	for i := 0; i < w.depth; i++ {
+		w.buf = append(w.buf, ' ', ' ')
+	}
+}
+
+func (w *jsonWriter) open(bracket byte) {
+	w.buf = append(w.buf, bracket)
+	w.depth++
+	w.fresh = true
+}
+
+func (w *jsonWriter) close(bracket byte) {
+	w.depth--
+	if !w.fresh {
+		w.newline()
+	}
+	w.buf = append(w.buf, bracket)
+	w.fresh = false
+}
+
+// key starts an object member.
+func (w *jsonWriter) key(k string) {
+	if !w.fresh {
+		w.buf = append(w.buf, ',')
+	}
+	w.fresh = false
+	w.newline()
+	w.buf = appendString(w.buf, k)
+	w.buf = append(w.buf, ':', ' ')
+}
+
+func (w *jsonWriter) str(s string)   { w.buf = appendString(w.buf, s) }
+func (w *jsonWriter) uint(v uint64)  { w.buf = strconv.AppendUint(w.buf, v, 10) }
+func (w *jsonWriter) int(v int64)    { w.buf = strconv.AppendInt(w.buf, v, 10) }
+func (w *jsonWriter) null()          { w.buf = append(w.buf, "null"...) }
+func (w *jsonWriter) boolean(b bool) { w.buf = strconv.AppendBool(w.buf, b) }
+func (w *jsonWriter) strOrNull(s *string) {
+	if s == nil {
+		w.null()
+	} else {
+		w.str(*s)
+	}
+}
+
+func (w *jsonWriter) uints(v []uint64) {
+	w.buf = append(w.buf, '[')
+	for i, x := range v {
+		if i > 0 {
+			w.buf = append(w.buf, ',', ' ')
+		}
+		w.buf = strconv.AppendUint(w.buf, x, 10)
+	}
+	w.buf = append(w.buf, ']')
+}
+
+// value writes any JSON-ready value (attributes) through encoding/json,
+// indented to the current depth.
+func (w *jsonWriter) value(v any) error {
+	var compact bytes.Buffer
+	enc := json.NewEncoder(&compact)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	var indented bytes.Buffer
+	prefix := string(bytes.Repeat([]byte("  "), w.depth))
+	if err := json.Indent(&indented, bytes.TrimSpace(compact.Bytes()), prefix, "  "); err != nil {
+		return err
+	}
+	w.buf = append(w.buf, inlineScalarArrays(indented.Bytes())...)
+	return nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string the way encoding/json does with
+// HTML escaping off: invalid UTF-8 becomes U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c == '\b':
+				b = append(b, '\\', 'b')
+			case c == '\f':
+				b = append(b, '\\', 'f')
+			case c == '\n':
+				b = append(b, '\\', 'n')
+			case c == '\r':
+				b = append(b, '\\', 'r')
+			case c == '\t':
+				b = append(b, '\\', 't')
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}

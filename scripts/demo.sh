@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The demo: builds ztfs, writes a small sample model, mounts it, shows the
+# tree, reads tensors with jq and with NumPy, and unmounts.
+# Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_go
+ensure_packages fuse3 jq python3-numpy
+python=$(python_with_numpy)
+
+mkdir -p bin
+go build -o bin/ztfs ./cmd/ztfs
+work=$(mktemp -d /tmp/ztfs-demo.XXXXXX)
+mnt=$work/mnt
+mkdir "$mnt"
+cleanup() {
+  if grep -qs " $mnt fuse.ztfs " /proc/self/mounts; then bin/ztfs unmount -z "$mnt" || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+
+go run ./scripts/ztgen sample "$work/sample.zt"
+step ztfs inspect sample.zt
+bin/ztfs inspect "$work/sample.zt"
+
+step ztfs mount sample.zt mnt
+bin/ztfs mount "$work/sample.zt" "$mnt"
+
+step find mnt
+(cd "$work" && find mnt | sort)
+
+q='.tensors | to_entries[] | {name: .key, shape: .value.shape, dtype: .value.dtype, layout: .value.layout, npy: .value.npy.dtype}'
+step "jq -c '$q' mnt/manifest.json"
+jq -c "$q" "$mnt/manifest.json"
+
+step "jq -r '.tensors[\"layers.0.bias\"].components.data.path' mnt/manifest.json  # then od it"
+bias=$(jq -r '.tensors["layers.0.bias"].components.data.path' "$mnt/manifest.json")
+echo "$bias"
+od -A d -t f4 "$mnt/$bias"
+
+step python3 -c 'numpy.load(...)'
+"$python" - "$mnt" <<'PY'
+import json, os, sys
+import numpy as np
+mnt = sys.argv[1]
+manifest = json.load(open(os.path.join(mnt, "manifest.json")))
+for name, t in manifest["tensors"].items():
+    a = np.load(os.path.join(mnt, t["npy"]["path"]), mmap_mode="r")
+    print(f"{name:16} {str(a.dtype):8} {str(a.shape):10} sum={float(np.asarray(a, dtype=np.float64).sum()):.4f}")
+print("sparse mask.sparse densified:\n", np.load(os.path.join(mnt, "tensors/mask.sparse/tensor.npy")))
+PY
+
+step ztfs unmount mnt
+bin/ztfs unmount "$mnt"
+echo "done"

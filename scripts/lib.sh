@@ -1,0 +1,37 @@
+# Shared by the scripts in this folder: set-up a fresh Debian machine needs.
+# Source it; it changes nothing until a function is called.
+
+# ensure_go puts the Go toolchain on PATH.
+ensure_go() {
+  if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+    export PATH=$PATH:/usr/local/go/bin
+  fi
+  command -v go >/dev/null 2>&1 || { echo "ztfs needs Go (https://go.dev/dl/)" >&2; exit 1; }
+}
+
+# ensure_packages installs the Debian packages given, if any is missing:
+# fuse3 (fusermount3), jq, python3-numpy (NumPy for /usr/bin/python3).
+ensure_packages() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "Installing ${missing[*]} ..." >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# python_with_numpy prints a python3 that imports numpy: Debian's first.
+python_with_numpy() {
+  for py in /usr/bin/python3 python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import numpy' 2>/dev/null; then
+      command -v "$py"
+      return 0
+    fi
+  done
+  echo "no python3 with numpy (Debian package python3-numpy)" >&2
+  return 1
+}

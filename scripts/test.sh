@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Everything CI runs: formatting, vet, all tests (real FUSE mounts and NumPy
+# interop included, never skipped), the race detector on the concurrent
+# packages, a short run of every fuzz target, and the demo.
+# Usage: scripts/test.sh            (installs fuse3, jq, python3-numpy if missing)
+# FUZZTIME=10s sets the time per fuzz target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_go
+ensure_packages fuse3 jq python3-numpy
+python_with_numpy >/dev/null
+[ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
+
+section() { printf '\n== %s\n' "$*"; }
+
+section gofmt
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+
+section go vet
+go vet ./...
+
+section go test
+# Missing FUSE or NumPy fails the tests instead of skipping them.
+export ZTFS_REQUIRE_ALL=1
+go test -count=1 ./...
+
+section go test -race
+go test -count=1 -race ./cache ./internal/pipeline ./fs
+
+section fuzz
+fuzztime=${FUZZTIME:-10s}
+for pkg in $(go list ./...); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | cut -d' ' -f2); do
+    echo "fuzz $pkg $target ($fuzztime)"
+    go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" >/dev/null
+  done
+done
+
+section demo
+scripts/demo.sh >/dev/null
+
+echo
+echo "all tests passed"
