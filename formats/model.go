@@ -23,7 +23,7 @@ type Container struct {
 	// Attributes are container-level metadata as JSON-ready values
 	// (see Tensor.Attributes).
 	Attributes map[string]any
-	// Tensors in a deterministic order.
+	// Tensors in a deterministic order, with unique names.
 	Tensors []*Tensor
 	// Files are extra files a format carries besides tensors, shown at the
 	// root of the mount.

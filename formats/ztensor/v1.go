@@ -73,14 +73,25 @@ func parseV11(root record, blobEnd uint64) (*formats.Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	c := &formats.Container{Format: "ztensor", FormatVersion: version, Attributes: attrs}
-	c.Tensors = make([]*formats.Tensor, 0, len(objects))
+	tensors, err := buildObjects(objects, "object", func(name string, v any) (*object, error) {
+		return parseV11Object(name, v, blobEnd)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &formats.Container{Format: "ztensor", FormatVersion: version, Attributes: attrs, Tensors: tensors}, nil
+}
+
+// buildObjects parses every entry of a manifest's object map (v1.0's
+// tensors) and returns the tensors sorted by name.
+func buildObjects(objects map[any]any, what string, parse func(name string, v any) (*object, error)) ([]*formats.Tensor, error) {
+	tensors := make([]*formats.Tensor, 0, len(objects))
 	for k, v := range objects {
 		name, ok := k.(string)
 		if !ok {
-			return nil, fmt.Errorf("manifest: object name %s is not text", cborjson.Key(k))
+			return nil, fmt.Errorf("manifest: %s name %s is not text", what, cborjson.Key(k))
 		}
-		o, err := parseV11Object(name, v, blobEnd)
+		o, err := parse(name, v)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
@@ -88,10 +99,10 @@ func parseV11(root record, blobEnd uint64) (*formats.Container, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", name, err)
 		}
-		c.Tensors = append(c.Tensors, t)
+		tensors = append(tensors, t)
 	}
-	sortTensors(c.Tensors)
-	return c, nil
+	sortTensors(tensors)
+	return tensors, nil
 }
 
 func parseV11Object(name string, v any, blobEnd uint64) (*object, error) {

@@ -60,25 +60,13 @@ func parseV10(root record, blobEnd uint64) (*formats.Container, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	c := &formats.Container{Format: "ztensor", FormatVersion: "1.0", Attributes: attrs}
-	c.Tensors = make([]*formats.Tensor, 0, len(tensors))
-	for k, v := range tensors {
-		name, ok := k.(string)
-		if !ok {
-			return nil, fmt.Errorf("manifest: tensor name %s is not text", cborjson.Key(k))
-		}
-		o, err := parseV10Tensor(name, v, blobEnd)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
-		}
-		t, err := o.build()
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
-		}
-		c.Tensors = append(c.Tensors, t)
+	built, err := buildObjects(tensors, "tensor", func(name string, v any) (*object, error) {
+		return parseV10Tensor(name, v, blobEnd)
+	})
+	if err != nil {
+		return nil, err
 	}
-	sortTensors(c.Tensors)
-	return c, nil
+	return &formats.Container{Format: "ztensor", FormatVersion: "1.0", Attributes: attrs, Tensors: built}, nil
 }
 
 func parseV10Tensor(name string, v any, blobEnd uint64) (*object, error) {

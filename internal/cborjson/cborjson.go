@@ -207,13 +207,8 @@ func Key(k any) string {
 // floatKey writes floats as diagnostic notation does, so 1.0 stays distinct
 // from the integer 1.
 func floatKey(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
+	if special, ok := float(f).(string); ok {
+		return special
 	}
 	s := strconv.FormatFloat(f, 'g', -1, 64)
 	for _, c := range s {

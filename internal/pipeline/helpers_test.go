@@ -33,7 +33,7 @@ func (b *fileBuilder) add(stored []byte) uint64 {
 	return off
 }
 
-func (b *fileBuilder) open(t *testing.T) *Source {
+func (b *fileBuilder) open(t testing.TB) *Source {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "src.bin")
 	b.buf.WriteString("trailer")

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bufio"
 	"container/list"
 	"errors"
 	"fmt"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 )
+
+// storedReadSize is how much compressed input a decoder reads at once.
+const storedReadSize = 256 << 10
 
 // maxZstdWindow is the largest back-reference window a stream may ask for:
 // the zstd command line's own default limit. It bounds each decoder's memory.
@@ -162,7 +166,10 @@ func (z *zstdStream) next(c *cursor) ([]byte, error) {
 
 func (z *zstdStream) reset(c *cursor) error {
 	c.next, c.end, c.restart = 0, false, false
-	if err := c.dec.Reset(io.NewSectionReader(readerAtFunc(z.stored.ReadAt), 0, z.storedLen)); err != nil {
+	// The decoder reads block headers of a few bytes: buffer its input so
+	// that each is not a system call.
+	in := bufio.NewReaderSize(io.NewSectionReader(readerAtFunc(z.stored.ReadAt), 0, z.storedLen), storedReadSize)
+	if err := c.dec.Reset(in); err != nil {
 		c.restart = true
 		return fmt.Errorf("zstd: %w", err)
 	}

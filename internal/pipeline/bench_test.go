@@ -1,0 +1,157 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/formats"
+)
+
+// Each Benchmark pair reads the same bytes two ways: through the pipeline
+// and by the plain in-process baseline, so their MB/s divide into a ratio
+// measured in one run.
+
+const benchBytes = 32 << 20
+
+// benchWeights returns f32 values like a checkpoint upcast from bf16.
+func benchWeights(n int) []byte {
+	b := make([]byte, n)
+	x := uint64(1)
+	for i := 0; i+4 <= n; i += 4 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		v := float32(int64(x%2001)-1000) / 50000
+		binary.LittleEndian.PutUint32(b[i:], math.Float32bits(v)&0xFFFF0000)
+	}
+	return b
+}
+
+type benchSource struct {
+	p      *Pipeline
+	tensor *formats.Tensor
+	data   []byte // decoded
+	stored []byte
+}
+
+func newBenchSource(b *testing.B, compress bool, dt formats.DType) *benchSource {
+	b.Helper()
+	data := benchWeights(benchBytes)
+	stored := data
+	if compress {
+		stored = zstdCompress(b, data)
+	}
+	var fb fileBuilder
+	off := fb.add(stored)
+	src := fb.open(b)
+	p, err := New(src, Options{Cache: cache.New(64 << 20)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	c := rawComponent("data", dt, off, stored)
+	if compress {
+		c = zstdComponent("data", dt, off, stored, int64(len(data)))
+	}
+	width := uint64(dt.Width())
+	tensor := &formats.Tensor{Name: "bench", Shape: []uint64{uint64(len(data)) / width}, DType: dt,
+		Components: []*formats.Component{c}, Logical: formats.Dense{Role: "data", DType: dt}}
+	return &benchSource{p: p, tensor: tensor, data: data, stored: stored}
+}
+
+// readSequential reads r whole in 128 KiB reads, as the kernel asks.
+func readSequential(b *testing.B, r Reader) {
+	size, err := r.Size()
+	if err != nil {
+		b.Fatal(err)
+	}
+	buf := make([]byte, 128<<10)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if _, err := ReadSlices(r, off, min(int64(len(buf)), size-off), buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkBaselineCopy(b *testing.B) {
+	src := benchWeights(benchBytes)
+	dst := make([]byte, len(src))
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		copy(dst, src)
+	}
+}
+
+func BenchmarkBaselineZstdDecode(b *testing.B) {
+	stored := zstdCompress(b, benchWeights(benchBytes))
+	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	defer dec.Close()
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dec.Reset(bytes.NewReader(stored))
+		io.Copy(io.Discard, dec)
+	}
+}
+
+func BenchmarkRawComponent(b *testing.B) {
+	s := newBenchSource(b, false, formats.F32)
+	r := s.p.Component(s.tensor, s.tensor.Components[0])
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		readSequential(b, r)
+	}
+}
+
+// The zstd component, decoded from the start each time: the cache (64 MiB)
+// is flushed between passes by giving each pass a new pipeline.
+func BenchmarkZstdComponent(b *testing.B) {
+	s := newBenchSource(b, true, formats.F32)
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p, _ := New(s.p.src, Options{Cache: cache.New(64 << 20)})
+		readSequential(b, p.Component(s.tensor, s.tensor.Components[0]))
+		p.Close()
+	}
+}
+
+// bf16 widened to f32 in tensor.npy; MB/s count output bytes.
+func BenchmarkWidenBF16NPY(b *testing.B) {
+	s := newBenchSource(b, false, formats.BF16)
+	r, err := s.p.NPY(s.tensor)
+	if err != nil {
+		b.Fatal(err)
+	}
+	size, _ := r.Size()
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		readSequential(b, r)
+	}
+}
+
+func BenchmarkBaselineZstdRead(b *testing.B) {
+	stored := zstdCompress(b, benchWeights(benchBytes))
+	dec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	defer dec.Close()
+	buf := make([]byte, 1<<20)
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dec.Reset(bytes.NewReader(stored))
+		for {
+			if _, err := io.ReadFull(dec, buf); err != nil {
+				break
+			}
+		}
+	}
+}
