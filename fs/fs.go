@@ -22,9 +22,10 @@ type Options struct {
 	UID, GID uint32
 	// Mtime is every node's modification time: the source's.
 	Mtime time.Time
-	// Check reports whether the source is still the file that was mounted;
-	// an error fails opens with EIO. Nil means always.
-	Check func() error
+	// Check reports whether the source is still the file that was mounted,
+	// cheaply enough to ask before every read; CheckNow looks now, for
+	// every open. An error fails the open or read with EIO. Nil: always.
+	Check, CheckNow func() error
 	// Logf receives the reason of every read that fails with EIO.
 	Logf func(format string, args ...any)
 }
@@ -128,8 +129,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	if f.opts.Check != nil {
-		if err := f.opts.Check(); err != nil {
+	if f.opts.CheckNow != nil {
+		if err := f.opts.CheckNow(); err != nil {
 			f.opts.Logf("%s: %v", f.Path(nil), err)
 			return nil, 0, syscall.EIO
 		}
@@ -140,6 +141,14 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 }
 
 func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	// Blocks decoded before a change would still be consistent, but the
+	// rule is simple: once the source changed, nothing is served.
+	if f.opts.Check != nil {
+		if err := f.opts.Check(); err != nil {
+			f.opts.Logf("%s: %v", f.Path(nil), err)
+			return nil, syscall.EIO
+		}
+	}
 	r := f.tn.Reader
 	size, err := r.Size()
 	if err != nil {

@@ -37,7 +37,7 @@ func mountFixture(t *testing.T, path string, opts session.Options) (string, *ses
 	}
 	mnt := t.TempDir()
 	server, err := Mount(mnt, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(),
-		Check: s.Source.Check, Logf: t.Logf}, MountOptions{FsName: path})
+		Check: s.Source.Check, CheckNow: s.Source.CheckNow, Logf: t.Logf}, MountOptions{FsName: path})
 	if err != nil {
 		s.Close()
 		t.Fatalf("mount: %v", err)
@@ -366,8 +366,9 @@ func TestChangedSourceIsEIO(t *testing.T) {
 	}
 	os.WriteFile(path, append(src, 0), 0o644)
 	time.Sleep(200 * time.Millisecond) // the source is checked at most every 100 ms
-	_, err := os.ReadFile(filepath.Join(mnt, "tensors/bias/data"))
-	if !errors.Is(err, syscall.EIO) {
-		t.Fatalf("read after the source changed: %v", err)
+	for _, name := range []string{"tensors/bias/data", "tensors/weights/data", "tensors/weights/tensor.npy"} {
+		if _, err := os.ReadFile(filepath.Join(mnt, name)); !errors.Is(err, syscall.EIO) {
+			t.Errorf("%s after the source changed: %v", name, err)
+		}
 	}
 }

@@ -27,7 +27,7 @@ export ZTFS_REQUIRE_ALL=1
 go test -count=1 ./...
 
 section go test -race
-go test -count=1 -race ./cache ./internal/pipeline ./fs
+go test -count=1 -race -short ./cache ./internal/pipeline ./fs
 
 section fuzz
 fuzztime=${FUZZTIME:-10s}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -81,7 +82,7 @@ func printTable(w io.Writer, source string, c *formats.Container) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(w, "  %s = %v\n", k, c.Attributes[k])
+			fmt.Fprintf(w, "  %s = %s\n", k, attributeText(c.Attributes[k]))
 		}
 	}
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
@@ -147,6 +148,19 @@ func verifyDigests(w io.Writer, source string, s *session.Session) error {
 		return fmt.Errorf("%s: %d of the recorded digests do not match", source, failed)
 	}
 	return nil
+}
+
+// attributeText shows a string attribute as it is and anything else as
+// compact JSON.
+func attributeText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 func shapeText(shape []uint64) string {

@@ -22,17 +22,19 @@ func syslogLogger() *log.Logger {
 const maxDistinctMessages = 4096
 
 // dedupLogf logs each distinct message once, then every 1000th repeat with
-// its count, so a reader retrying a damaged file cannot flood the log.
+// its count, so a reader retrying a damaged file cannot flood the log. It
+// remembers at most maxDistinctMessages messages, then forgets them all.
 func dedupLogf(l *log.Logger) func(format string, args ...any) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	return func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		mu.Lock()
-		n := seen[msg] + 1
-		if len(seen) < maxDistinctMessages || n > 1 {
-			seen[msg] = n
+		if len(seen) >= maxDistinctMessages {
+			clear(seen) // start over rather than stop counting
 		}
+		n := seen[msg] + 1
+		seen[msg] = n
 		mu.Unlock()
 		switch {
 		case n == 1:

@@ -111,6 +111,38 @@ func TestRejectedFixtures(t *testing.T) {
 	}
 }
 
+// Sources that are not files: one line naming the path, never a hang.
+func TestSourceNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{dir, "not a regular file (a directory)"},
+		{fifo, "not a regular file (a FIFO)"},
+		{filepath.Join(dir, "missing"), "no such file or directory"},
+	} {
+		r := run(t, "inspect", tc.path)
+		if r.code != exitError || r.stderr != "ztfs: "+tc.path+": "+tc.want+"\n" {
+			t.Errorf("inspect %s: %+v", tc.path, r)
+		}
+	}
+}
+
+// mount looks at SOURCE before anything else, the mountpoint included.
+func TestMountChecksSourceFirst(t *testing.T) {
+	bad := fixture("ztensor/v1_1/reject/bad_header_magic.zt")
+	r := run(t, "mount", bad, filepath.Join(t.TempDir(), "missing"))
+	if r.code != exitError || !strings.HasPrefix(r.stderr, "ztfs: "+bad+": ") {
+		t.Errorf("%+v", r)
+	}
+	r = run(t, "mount", fixture("ztensor/v1_1/valid/zstd.zt"), "/nonexistent-mountpoint")
+	if r.code != exitError || r.stderr != "ztfs: /nonexistent-mountpoint: no such file or directory\n" {
+		t.Errorf("%+v", r)
+	}
+}
+
 func TestInspectTable(t *testing.T) {
 	r := run(t, "inspect", fixture("ztensor/v1_1/valid/zstd.zt"))
 	if r.code != 0 {
@@ -265,11 +297,16 @@ func TestBackgroundLifecycle(t *testing.T) {
 	if r := run(t, "mount", path, mnt); r.code != exitError || !strings.Contains(r.stderr, "already a mount point") {
 		t.Errorf("second mount on the same mountpoint: %+v", r)
 	}
+	link := filepath.Join(t.TempDir(), "link")
+	os.Symlink(mnt, link)
+	if r := run(t, "mount", path, link); r.code != exitError || !strings.Contains(r.stderr, "already a mount point") {
+		t.Errorf("mount through a symlink to a mount point: %+v", r)
+	}
 	if r := run(t, "unmount", t.TempDir()); r.code != exitNotMount {
 		t.Errorf("unmount of a plain directory: %+v", r)
 	}
-	if r := run(t, "unmount", mnt); r.code != 0 || r.stderr != "" {
-		t.Fatalf("unmount: %+v", r)
+	if r := run(t, "unmount", link); r.code != 0 || r.stderr != "" {
+		t.Fatalf("unmount through a symlink: %+v", r)
 	}
 	if typ, _ := mountType(mnt); typ != "" {
 		t.Error("still mounted")

@@ -84,13 +84,7 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 			pipe.Close()
 		}
 	}
-	logger, err := openLog(f)
-	if err != nil {
-		ready(err)
-		return withCode(exitError, err)
-	}
-	err = serve(source, mountpoint, f, opts, logger, ready)
-	if err != nil {
+	if err := serve(source, mountpoint, f, opts, ready); err != nil {
 		ready(err)
 		return withCode(exitError, err)
 	}
@@ -98,16 +92,23 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 }
 
 // serve opens source, mounts it and serves until the mount goes away.
-func serve(source, mountpoint string, f mountFlags, opts mountOptions, logger *log.Logger, ready func(error)) error {
-	if err := checkMountpoint(mountpoint); err != nil {
-		return err
-	}
-	logf := dedupLogf(logger)
-	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: f.verify, Logf: logf})
+func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error)) error {
+	// SOURCE first: nothing else is looked at until it opens and validates.
+	logf := func(string, ...any) {}
+	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: f.verify,
+		Logf: func(format string, args ...any) { logf(format, args...) }})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	if err := checkMountpoint(mountpoint); err != nil {
+		return err
+	}
+	logger, err := openLog(f)
+	if err != nil {
+		return err
+	}
+	logf = dedupLogf(logger) // before the mount serves: no reader sees the change
 	boundMemory(int64(f.cacheSize))
 	abs, _ := filepath.Abs(source)
 	var debugLog *log.Logger
@@ -115,7 +116,8 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, logger *l
 		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
 	}
 	server, err := ztfs.Mount(mountpoint, s.Tree,
-		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(), Check: s.Source.Check, Logf: logf},
+		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(),
+			Check: s.Source.Check, CheckNow: s.Source.CheckNow, Logf: logf},
 		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog})
 	if err != nil {
 		return fmt.Errorf("%s: mount: %w", mountpoint, err)
@@ -164,10 +166,7 @@ func boundMemory(cacheSize int64) {
 // checkMountpoint refuses a mountpoint that is not a directory or that
 // already has something mounted on it, naming a mount whose server died.
 func checkMountpoint(mountpoint string) error {
-	abs, err := filepath.Abs(mountpoint)
-	if err != nil {
-		return err
-	}
+	abs := resolvePath(mountpoint)
 	if fstype, err := mountType(abs); err == nil && fstype != "" {
 		if serverGone(abs) {
 			return fmt.Errorf("%s: a mount whose server has exited is still there; run 'ztfs unmount %s' first", mountpoint, mountpoint)
@@ -175,6 +174,10 @@ func checkMountpoint(mountpoint string) error {
 		return fmt.Errorf("%s: already a mount point (%s); unmount it first", mountpoint, fstype)
 	}
 	st, err := os.Stat(mountpoint)
+	var pathErr *os.PathError
+	if errors.As(err, &pathErr) {
+		return fmt.Errorf("%s: %w", mountpoint, pathErr.Err)
+	}
 	if err != nil {
 		return err
 	}
@@ -182,6 +185,19 @@ func checkMountpoint(mountpoint string) error {
 		return fmt.Errorf("%s: not a directory", mountpoint)
 	}
 	return nil
+}
+
+// resolvePath returns path absolute and with symbolic links resolved, as
+// /proc/self/mountinfo lists mount points; as much as can be resolved.
+func resolvePath(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real
+	}
+	return abs
 }
 
 // serverGone reports whether the FUSE mount at path has lost its server.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -31,10 +30,7 @@ once and goes away when its last user does.`,
 }
 
 func runUnmount(mountpoint string, lazy bool) error {
-	abs, err := filepath.Abs(mountpoint)
-	if err != nil {
-		return withCode(exitError, err)
-	}
+	abs := resolvePath(mountpoint)
 	fstype, err := mountType(abs)
 	if err != nil {
 		return withCode(exitError, err)

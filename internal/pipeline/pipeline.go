@@ -112,6 +112,9 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 	var decoded Reader
 	switch c.Encoding {
 	case formats.Raw:
+		if c.Size >= 0 && uint64(c.Size) != c.Length {
+			return failing{fmt.Errorf("raw component of %d stored bytes declares %d decoded bytes", c.Length, c.Size)}
+		}
 		decoded = stored
 	case formats.Zstd:
 		max := c.MaxSize
@@ -169,8 +172,14 @@ func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 	if info.NPY == "" {
 		return info, fmt.Errorf("dtype %s has no NumPy form", dt)
 	}
+	if len(t.Shape) > maxNPYDims {
+		return info, fmt.Errorf("%d dimensions: numpy.load accepts at most %d", len(t.Shape), maxNPYDims)
+	}
 	return info, nil
 }
+
+// maxNPYDims is the most dimensions NumPy 1.x arrays may have (2.x: 64).
+const maxNPYDims = 32
 
 // NPYOf returns what t's tensor.npy holds, without reading anything, or an
 // error saying why t has none.
@@ -250,11 +259,12 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		return data, nil
 	case formats.SparseCSR, formats.SparseCOO:
 		// Resolve readers now, under p.mu, rather than from block fills.
-		s, err := newSparse(t, readers, p.opts.BlockSize)
+		s, err := newSparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity())
 		if err != nil {
 			return nil, err
 		}
-		return newCached(p.opts.Cache, p.opts.BlockSize, s), nil
+		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
+		return s.out, nil
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
 }

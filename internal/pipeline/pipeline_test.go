@@ -88,6 +88,12 @@ func TestZstdComponent(t *testing.T) {
 				if !strings.Contains(err.Error(), `tensor "z": component "data"`) {
 					t.Errorf("error lacks context: %v", err)
 				}
+				// Once known, the damage fails every read, cached blocks too.
+				for _, off := range []int64{0, 4096, int64(len(data)) - 10} {
+					if _, err := r.ReadAt(make([]byte, 10), off); err == nil {
+						t.Errorf("read at %d after the stream failed: no error", off)
+					}
+				}
 				return
 			}
 			if err != nil || !bytes.Equal(got, data) {
@@ -352,6 +358,7 @@ func TestNPYOfReasons(t *testing.T) {
 		{&formats.Tensor{Logical: formats.Dense{DType: "f9"}}, "unknown"},
 		{&formats.Tensor{Logical: formats.Dense{DType: formats.F6E2M3}}, "no NumPy form"},
 		{&formats.Tensor{Shape: []uint64{1 << 62, 8}, Logical: formats.Dense{DType: formats.F32}}, "overflows"},
+		{&formats.Tensor{Shape: make([]uint64, 33), Logical: formats.Dense{DType: formats.F32}}, "at most 32"},
 	}
 	for _, tc := range tests {
 		if _, err := NPYOf(tc.tensor); err == nil || !strings.Contains(err.Error(), tc.want) {

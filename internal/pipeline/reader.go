@@ -65,7 +65,9 @@ func (b Bytes) Size() (int64, error) { return int64(len(b)), nil }
 // ReadAt implements Reader.
 func (b Bytes) ReadAt(p []byte, off int64) (int, error) {
 	n, eof := clamp(p, off, int64(len(b)))
-	copy(p[:n], b[off:])
+	if n > 0 {
+		copy(p[:n], b[off:])
+	}
 	return n, eof
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -26,10 +27,17 @@ type Source struct {
 	changed   atomic.Pointer[error] // set once, when a change is first seen
 }
 
-// OpenSource opens the file at path for reading.
+// OpenSource opens the file at path for reading. Its errors do not repeat
+// the path.
 func OpenSource(path string) (*Source, error) {
-	f, err := os.Open(path)
+	// Non-blocking, so that a FIFO fails the regular-file check below
+	// instead of waiting for a writer; regular files ignore the flag.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		var pathErr *os.PathError
+		if errors.As(err, &pathErr) {
+			return nil, pathErr.Err
+		}
 		return nil, err
 	}
 	st, err := f.Stat()
@@ -39,7 +47,7 @@ func OpenSource(path string) (*Source, error) {
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("not a regular file")
+		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
 	}
 	s := &Source{f: f, path: path, size: st.Size(), mtime: st.ModTime()}
 	s.lastCheck.Store(time.Now().UnixNano())
@@ -72,11 +80,18 @@ func (s *Source) Check() error {
 	if err := s.changed.Load(); err != nil {
 		return *err
 	}
-	now := time.Now().UnixNano()
-	if now-s.lastCheck.Load() < int64(changeCheckInterval) {
+	if time.Now().UnixNano()-s.lastCheck.Load() < int64(changeCheckInterval) {
 		return nil
 	}
-	s.lastCheck.Store(now)
+	return s.CheckNow()
+}
+
+// CheckNow is Check without the rate limit: one fstat.
+func (s *Source) CheckNow() error {
+	if err := s.changed.Load(); err != nil {
+		return *err
+	}
+	s.lastCheck.Store(time.Now().UnixNano())
 	var err error
 	st, statErr := s.f.Stat()
 	switch {
@@ -99,4 +114,18 @@ func (s *Source) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	return s.f.ReadAt(p, off)
+}
+
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return m.Type().String()
 }

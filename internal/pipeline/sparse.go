@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant"
@@ -31,15 +32,25 @@ func (a *array) bytes(i, n uint64) ([]byte, error) {
 	if a.spec.Stride == a.width {
 		return out, readFull(a.r, out, int64(start))
 	}
-	span := make([]byte, (n-1)*a.spec.Stride+a.width)
-	if err := readFull(a.r, span, int64(start)); err != nil {
-		return nil, err
-	}
-	for j := uint64(0); j < n; j++ {
-		copy(out[j*a.width:(j+1)*a.width], span[j*a.spec.Stride:])
+	// Records can be wide (one index per dimension): read them a bounded
+	// span at a time.
+	per := max(1, maxStridedSpan/a.spec.Stride)
+	span := make([]byte, (min(per, n)-1)*a.spec.Stride+a.width)
+	for j := uint64(0); j < n; j += per {
+		m := min(per, n-j)
+		part := span[:(m-1)*a.spec.Stride+a.width]
+		if err := readFull(a.r, part, int64(start+j*a.spec.Stride)); err != nil {
+			return nil, err
+		}
+		for e := uint64(0); e < m; e++ {
+			copy(out[(j+e)*a.width:(j+e+1)*a.width], part[e*a.spec.Stride:])
+		}
 	}
 	return out, nil
 }
+
+// maxStridedSpan bounds the bytes read at once for strided elements.
+const maxStridedSpan = 1 << 20
 
 // indexes returns elements [i, i+n) as non-negative integers.
 func (a *array) indexes(i, n uint64) ([]uint64, error) {
@@ -125,15 +136,23 @@ type sparse struct {
 	coords    []*array // COO
 	strides   []uint64 // COO: row-major element strides of shape
 	nnzFrom   Reader   // the component whose size gives nnz
+	maxWindow int64    // bytes one fill may produce at most
+	out       *cached  // the cache front, for the other blocks of a window
+
+	fills atomic.Int64 // passes over the entries, for tests
 
 	once   sync.Once
 	err    error
 	nnz    uint64
-	sorted bool // COO entries are in non-decreasing linear order
+	sorted bool  // COO entries are in non-decreasing linear order
+	window int64 // blocks per fill
 }
 
-func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blockSize int64) (*sparse, error) {
-	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize}
+// maxSparseWindow bounds the memory of one fill of a sparse tensor.
+const maxSparseWindow = 64 << 20
+
+func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blockSize, cacheSize int64) (*sparse, error) {
+	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize, maxWindow: min(maxSparseWindow, cacheSize/4)}
 	var valuesSpec formats.Array
 	switch l := t.Logical.(type) {
 	case formats.SparseCSR:
@@ -222,6 +241,7 @@ func (s *sparse) prepare() error {
 }
 
 func (s *sparse) validate() error {
+	defer s.chooseWindow()
 	size, err := s.nnzFrom.Size()
 	if err != nil {
 		return err
@@ -326,25 +346,64 @@ func (s *sparse) linear(i, n uint64, check bool) ([]uint64, error) {
 }
 
 // block densifies the elements of output block k.
+//
+// When finding a block's entries means scanning far more than the block's
+// own (unsorted COO, CSR rows longer than a block), a whole window of
+// blocks is filled in one pass and the others go to the cache, so that
+// reading the tensor costs one scan per window instead of one per block.
 func (s *sparse) block(k int64) ([]byte, error) {
 	if err := s.prepare(); err != nil {
 		return nil, err
 	}
 	per := uint64(s.blockSize) / s.outBytes
-	first := uint64(k) * per
-	if first >= s.total {
+	if uint64(k)*per >= s.total {
 		return nil, fmt.Errorf("block %d out of range", k)
 	}
-	b := &denseBlock{first: first, end: min(s.total, first+per), s: s}
+	first := uint64(k-k%s.window) * per
+	b := &denseBlock{first: first, end: min(s.total, first+uint64(s.window)*per), s: s}
 	b.out = make([]byte, (b.end-b.first)*s.outBytes)
 	b.set = make([]uint64, (b.end-b.first+63)/64)
+	s.fills.Add(1)
 	var err error
 	if s.indptr != nil {
 		err = s.fillCSR(b)
 	} else {
 		err = s.fillCOO(b)
 	}
-	return b.out, err
+	if err != nil {
+		return nil, err
+	}
+	if s.window == 1 {
+		return b.out, nil
+	}
+	// Each block gets its own memory, so the cache's accounting stays true
+	// and an evicted block frees what it held.
+	var mine []byte
+	for off, j := 0, k-k%s.window; off < len(b.out); off, j = off+int(s.blockSize), j+1 {
+		part := append([]byte(nil), b.out[off:min(len(b.out), off+int(s.blockSize))]...)
+		if j == k {
+			mine = part
+		} else if s.out != nil {
+			s.out.cache.Put(s.out.key(j), part)
+		}
+	}
+	return mine, nil
+}
+
+// chooseWindow sets how many blocks one fill produces, once the index
+// structure is known.
+func (s *sparse) chooseWindow() {
+	s.window = 1
+	maxBlocks := max(1, s.maxWindow/s.blockSize)
+	switch {
+	case s.indptr == nil && !s.sorted:
+		s.window = maxBlocks
+	case s.indptr != nil:
+		rowBytes := s.shape[1] * s.outBytes
+		if rowBytes > uint64(s.blockSize) {
+			s.window = min(maxBlocks, int64(rowBytes/uint64(s.blockSize))+1)
+		}
+	}
 }
 
 // denseBlock is one output block being filled.

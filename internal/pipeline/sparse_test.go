@@ -9,7 +9,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 )
 
@@ -94,6 +96,7 @@ func TestSparseCSR(t *testing.T) {
 		{1000, 1, 900, 1024}, // many rows per block
 		{300, 400, 70000, 1 << 16},
 		{5, 7, 0, 64},
+		{3, 1000, 2500, 64}, // rows of 62 blocks: filled in windows
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%dx%d_nnz%d", tc.rows, tc.cols, tc.nnz), func(t *testing.T) {
@@ -105,7 +108,7 @@ func TestSparseCSR(t *testing.T) {
 			var b fileBuilder
 			values, indices, ptr := valuesOf(entries), u64Bytes(idx...), u64Bytes(indptr...)
 			vOff, iOff, pOff := b.add(values), b.add(indices), b.add(ptr)
-			p := newTestPipeline(t, b.open(t), Options{BlockSize: tc.blockSize})
+			p := newTestPipeline(t, b.open(t), Options{BlockSize: tc.blockSize, Cache: cache.New(16 * tc.blockSize)})
 			tensor := &formats.Tensor{Name: "csr", Shape: []uint64{tc.rows, tc.cols}, DType: formats.F32, Layout: "sparse_csr",
 				Components: []*formats.Component{
 					rawComponent("values", formats.F32, vOff, values),
@@ -131,57 +134,59 @@ func TestSparseCSR(t *testing.T) {
 func TestSparseCOO(t *testing.T) {
 	for _, sorted := range []bool{true, false} {
 		for _, aos := range []bool{false, true} {
-			t.Run(fmt.Sprintf("sorted=%v aos=%v", sorted, aos), func(t *testing.T) {
-				const rows, cols = 41, 29
-				entries := randomEntries(rows, cols, 700, 9)
-				if sorted {
-					sort.SliceStable(entries, func(i, j int) bool {
-						return entries[i].row*cols+entries[i].col < entries[j].row*cols+entries[j].col
-					})
-				}
-				var b fileBuilder
-				tensor := &formats.Tensor{Name: "coo", Shape: []uint64{rows, cols}, DType: formats.F32, Layout: "sparse_coo"}
-				if aos {
-					// v0.1: records of (row u64, col u64, value f32).
-					var blob []byte
-					for _, e := range entries {
-						blob = append(blob, u64Bytes(e.row, e.col)...)
-						blob = append(blob, f32Bytes(e.val)...)
+			for _, cacheSize := range []int64{64 << 20, 4096} { // 4096: windows of 4 blocks
+				t.Run(fmt.Sprintf("sorted=%v aos=%v cache=%d", sorted, aos, cacheSize), func(t *testing.T) {
+					const rows, cols = 41, 29
+					entries := randomEntries(rows, cols, 700, 9)
+					if sorted {
+						sort.SliceStable(entries, func(i, j int) bool {
+							return entries[i].row*cols+entries[i].col < entries[j].row*cols+entries[j].col
+						})
 					}
-					c := rawComponent("data", formats.U8, b.add(blob), blob)
-					tensor.Components = []*formats.Component{c}
-					tensor.Logical = formats.SparseCOO{
-						Values: formats.Array{Role: "data", DType: formats.F32, Offset: formats.Affine{Base: 16}, Stride: 20},
-						Coords: []formats.Array{
-							{Role: "data", DType: formats.U64, Stride: 20},
-							{Role: "data", DType: formats.U64, Offset: formats.Affine{Base: 8}, Stride: 20},
-						},
-						NNZ: formats.Count{Role: "data", Per: 20},
+					var b fileBuilder
+					tensor := &formats.Tensor{Name: "coo", Shape: []uint64{rows, cols}, DType: formats.F32, Layout: "sparse_coo"}
+					if aos {
+						// v0.1: records of (row u64, col u64, value f32).
+						var blob []byte
+						for _, e := range entries {
+							blob = append(blob, u64Bytes(e.row, e.col)...)
+							blob = append(blob, f32Bytes(e.val)...)
+						}
+						c := rawComponent("data", formats.U8, b.add(blob), blob)
+						tensor.Components = []*formats.Component{c}
+						tensor.Logical = formats.SparseCOO{
+							Values: formats.Array{Role: "data", DType: formats.F32, Offset: formats.Affine{Base: 16}, Stride: 20},
+							Coords: []formats.Array{
+								{Role: "data", DType: formats.U64, Stride: 20},
+								{Role: "data", DType: formats.U64, Offset: formats.Affine{Base: 8}, Stride: 20},
+							},
+							NNZ: formats.Count{Role: "data", Per: 20},
+						}
+					} else {
+						coords := make([]uint64, 2*len(entries))
+						for i, e := range entries {
+							coords[i], coords[len(entries)+i] = e.row, e.col
+						}
+						values, cb := valuesOf(entries), u64Bytes(coords...)
+						tensor.Components = []*formats.Component{
+							rawComponent("values", formats.F32, b.add(values), values),
+							rawComponent("coords", formats.U64, b.add(cb), cb),
+						}
+						tensor.Logical = formats.SparseCOO{
+							Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
+							Coords: []formats.Array{
+								{Role: "coords", DType: formats.U64, Stride: 8},
+								{Role: "coords", DType: formats.U64, Offset: formats.Affine{PerNNZ: 8}, Stride: 8, Exact: true},
+							},
+							NNZ: formats.Count{Role: "values", Per: 4},
+						}
 					}
-				} else {
-					coords := make([]uint64, 2*len(entries))
-					for i, e := range entries {
-						coords[i], coords[len(entries)+i] = e.row, e.col
+					p := newTestPipeline(t, b.open(t), Options{BlockSize: 256, Cache: cache.New(cacheSize)})
+					if got := denseNPYOf(t, p, tensor, 999); !bytes.Equal(got, denseReference(rows, cols, entries)) {
+						t.Fatal("densified COO differs")
 					}
-					values, cb := valuesOf(entries), u64Bytes(coords...)
-					tensor.Components = []*formats.Component{
-						rawComponent("values", formats.F32, b.add(values), values),
-						rawComponent("coords", formats.U64, b.add(cb), cb),
-					}
-					tensor.Logical = formats.SparseCOO{
-						Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
-						Coords: []formats.Array{
-							{Role: "coords", DType: formats.U64, Stride: 8},
-							{Role: "coords", DType: formats.U64, Offset: formats.Affine{PerNNZ: 8}, Stride: 8, Exact: true},
-						},
-						NNZ: formats.Count{Role: "values", Per: 4},
-					}
-				}
-				p := newTestPipeline(t, b.open(t), Options{BlockSize: 256})
-				if got := denseNPYOf(t, p, tensor, 999); !bytes.Equal(got, denseReference(rows, cols, entries)) {
-					t.Fatal("densified COO differs")
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -357,5 +362,40 @@ func TestSparseWithZstdComponents(t *testing.T) {
 		}}
 	if got := denseNPYOf(t, p, tensor, 333); !bytes.Equal(got, denseReference(20, 30, entries)) {
 		t.Fatal("densified zstd CSR differs")
+	}
+}
+
+// An unsorted COO tensor of 64 MiB from 2M entries: one scan per window,
+// not per block.
+func TestSparseUnsortedCOOIsNotQuadratic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large")
+	}
+	const rows, cols, nnz = 4096, 4096, 2 << 20
+	entries := randomEntries(rows, cols, nnz, 11)
+	coords := make([]uint64, 2*nnz)
+	for i, e := range entries {
+		coords[i], coords[nnz+i] = e.row, e.col
+	}
+	values, cb := valuesOf(entries), u64Bytes(coords...)
+	var b fileBuilder
+	tensor := &formats.Tensor{Name: "coo", Shape: []uint64{rows, cols}, DType: formats.F32, Layout: "sparse_coo",
+		Components: []*formats.Component{rawComponent("values", formats.F32, b.add(values), values), rawComponent("coords", formats.U64, b.add(cb), cb)},
+		Logical: formats.SparseCOO{
+			Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
+			Coords: []formats.Array{{Role: "coords", DType: formats.U64, Stride: 8}, {Role: "coords", DType: formats.U64, Offset: formats.Affine{PerNNZ: 8}, Stride: 8, Exact: true}},
+			NNZ:    formats.Count{Role: "values", Per: 4},
+		}}
+	p := newTestPipeline(t, b.open(t), Options{BlockSize: 1 << 20, Cache: cache.New(128 << 20)})
+	start := time.Now()
+	got := denseNPYOf(t, p, tensor, 1<<20)
+	t.Logf("densified 64 MiB from %d unsorted entries in %v", nnz, time.Since(start))
+	if !bytes.Equal(got, denseReference(rows, cols, entries)) {
+		t.Fatal("densified COO differs")
+	}
+	r, _ := p.NPY(tensor)
+	s := r.(*contextual).r.(*concat).body.(*cached).src.(*sparse)
+	if fills := s.fills.Load(); fills != 2 { // two windows of 32 MiB (a quarter of the cache)
+		t.Errorf("%d passes over the entries, want 2", fills)
 	}
 }

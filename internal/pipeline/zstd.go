@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -30,66 +31,101 @@ type zstdStream struct {
 	blockSize int64
 	pool      *decoderPool
 	out       *cached // the cache front of this stream, for Peek and Put
+	max       uint64  // cap on the decoded size while it is unknown
 
-	mu       sync.Mutex // serialises decoding and guards the fields below
-	cur      *cursor
-	sizeDone bool
-	declared int64  // decoded size; -1 until known
-	max      uint64 // cap on the decoded size while it is unknown
-	sizeErr  error
+	// state holds the decoded size once known, or the error that ends all
+	// use of the stream; reads of cached blocks check it without a lock.
+	state atomic.Pointer[zstdState]
+
+	mu  sync.Mutex // serialises decoding
+	cur *cursor
+}
+
+type zstdState struct {
+	size int64
+	err  error
 }
 
 func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSize int64, pool *decoderPool) *zstdStream {
-	return &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool,
-		declared: declared, max: max, sizeDone: declared >= 0}
+	z := &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool, max: max}
+	if declared >= 0 {
+		z.state.Store(&zstdState{size: declared})
+	}
+	return z
 }
 
 // size returns the decoded size, decoding the whole stream once if the file
 // does not record it. Blocks decoded on the way go to the cache.
 func (z *zstdStream) size() (int64, error) {
+	if st := z.state.Load(); st != nil {
+		return st.size, st.err
+	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	if z.sizeDone {
-		return z.declared, z.sizeErr
+	if st := z.state.Load(); st != nil {
+		return st.size, st.err
 	}
-	z.sizeDone = true
+	n, err := z.measure()
+	if err != nil {
+		return 0, z.fail(err)
+	}
+	z.state.Store(&zstdState{size: n})
+	return n, nil
+}
+
+// measure decodes the whole stream to learn its size.
+func (z *zstdStream) measure() (int64, error) {
 	c, err := z.claim()
 	if err != nil {
-		z.sizeErr = err
 		return 0, err
 	}
 	defer z.pool.release(c)
+	c.restart = true
 	for {
 		data, err := z.next(c)
 		if err != nil {
-			z.sizeErr = err
 			return 0, err
 		}
-		total := (c.next-1)*z.blockSize + int64(len(data))
+		index := c.next - 1
+		total := index*z.blockSize + int64(len(data))
 		if uint64(total) > z.max {
-			z.sizeErr = fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component", z.max)
-			return 0, z.sizeErr
+			return 0, fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component", z.max)
+		}
+		if len(data) > 0 {
+			z.out.cache.Put(z.out.key(index), data)
 		}
 		if int64(len(data)) < z.blockSize {
-			z.declared = total
 			c.end = true
 			return total, nil
 		}
 	}
 }
 
+// fail makes every later use of the stream fail with err, and forgets the
+// blocks decoded so far: a stream that turns out longer or shorter than it
+// must be is not served at all once that is known.
+func (z *zstdStream) fail(err error) error {
+	z.state.Store(&zstdState{err: err})
+	z.out.cache.Drop(z.out.stream)
+	return err
+}
+
 // block decodes block k, advancing this stream's decoder to it.
 func (z *zstdStream) block(k int64) ([]byte, error) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
+	st := z.state.Load()
+	if st == nil {
+		return nil, errors.New("zstd block read before the stream size is known")
+	}
+	if st.err != nil {
+		return nil, st.err
+	}
 	// Another caller may have decoded past k while this one waited.
 	if b, ok := z.out.cache.Peek(z.out.key(k)); ok {
 		return b, nil
 	}
-	if !z.sizeDone || z.declared < 0 {
-		return nil, errors.New("zstd block read before the stream size is known")
-	}
-	last := (z.declared - 1) / z.blockSize
+	last := (st.size - 1) / z.blockSize
 	if k < 0 || k > last {
 		return nil, fmt.Errorf("zstd block %d out of range", k)
 	}
@@ -107,17 +143,18 @@ func (z *zstdStream) block(k int64) ([]byte, error) {
 			return nil, err
 		}
 		index := c.next - 1
-		switch want := min(z.blockSize, z.declared-index*z.blockSize); {
+		switch want := min(z.blockSize, st.size-index*z.blockSize); {
 		case int64(len(data)) < want:
-			return nil, fmt.Errorf("zstd stream ends after %d bytes, expected %d", index*z.blockSize+int64(len(data)), z.declared)
+			return nil, z.fail(fmt.Errorf("zstd stream ends after %d bytes, expected %d", index*z.blockSize+int64(len(data)), st.size))
 		case int64(len(data)) > want:
-			return nil, fmt.Errorf("zstd stream decodes to more than the expected %d bytes", z.declared)
+			return nil, z.fail(fmt.Errorf("zstd stream decodes to more than the expected %d bytes", st.size))
 		}
 		if index == last {
-			if err := z.expectEnd(c); err != nil {
-				return nil, err
+			if err := z.expectEnd(c, st.size); err != nil {
+				return nil, z.fail(err)
 			}
 		}
+		z.out.cache.Put(z.out.key(index), data)
 		if index == k {
 			return data, nil
 		}
@@ -125,12 +162,12 @@ func (z *zstdStream) block(k int64) ([]byte, error) {
 }
 
 // expectEnd checks that the stream has nothing after the declared size.
-func (z *zstdStream) expectEnd(c *cursor) error {
+func (z *zstdStream) expectEnd(c *cursor, size int64) error {
 	c.end = true
 	var one [1]byte
 	n, err := readUntilEnd(c.dec, one[:])
 	if n > 0 {
-		return fmt.Errorf("zstd stream decodes to more than the expected %d bytes", z.declared)
+		return fmt.Errorf("zstd stream decodes to more than the expected %d bytes", size)
 	}
 	if err != nil {
 		c.restart = true
@@ -139,8 +176,8 @@ func (z *zstdStream) expectEnd(c *cursor) error {
 	return nil
 }
 
-// next decodes the block at the cursor and stores it in the cache. A block
-// shorter than blockSize ends the stream.
+// next decodes the block at the cursor. A block shorter than blockSize
+// ends the stream.
 func (z *zstdStream) next(c *cursor) ([]byte, error) {
 	if c.restart {
 		if err := z.reset(c); err != nil {
@@ -156,9 +193,6 @@ func (z *zstdStream) next(c *cursor) ([]byte, error) {
 	data := buf[:n]
 	if n < len(buf) {
 		data = append([]byte(nil), data...) // do not pin a whole block for a short tail
-	}
-	if n > 0 {
-		z.out.cache.Put(z.out.key(c.next), data)
 	}
 	c.next++
 	return data, nil

@@ -39,7 +39,7 @@ type Session struct {
 func Open(path string, opts Options) (*Session, error) {
 	src, err := pipeline.OpenSource(path)
 	if err != nil {
-		return nil, err // *os.PathError already names the path
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	s, err := open(src, path, opts)
 	if err != nil {
