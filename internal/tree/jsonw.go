@@ -58,13 +58,19 @@ func (w *jsonWriter) uint(v uint64)  { w.buf = strconv.AppendUint(w.buf, v, 10) 
 func (w *jsonWriter) int(v int64)    { w.buf = strconv.AppendInt(w.buf, v, 10) }
 func (w *jsonWriter) null()          { w.buf = append(w.buf, "null"...) }
 func (w *jsonWriter) boolean(b bool) { w.buf = strconv.AppendBool(w.buf, b) }
-func (w *jsonWriter) strOrNull(s *string) {
-	if s == nil {
+
+// strOrNull writes s, or null for the empty string.
+func (w *jsonWriter) strOrNull(s string) {
+	if s == "" {
 		w.null()
 	} else {
-		w.str(*s)
+		w.str(s)
 	}
 }
+
+// Members with a plain value.
+func (w *jsonWriter) strField(k, v string)         { w.key(k); w.str(v) }
+func (w *jsonWriter) uintField(k string, v uint64) { w.key(k); w.uint(v) }
 
 func (w *jsonWriter) uints(v []uint64) {
 	w.buf = append(w.buf, '[')

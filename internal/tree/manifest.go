@@ -22,19 +22,13 @@ func (tr *Tree) writeManifest() ([]byte, error) {
 	w.int(ManifestVersion)
 	w.key("source")
 	w.open('{')
-	w.key("path")
-	w.str(tr.sourcePath)
+	w.strField("path", tr.sourcePath)
 	w.key("size")
 	w.int(tr.p.Source().Size())
 	w.close('}')
-	w.key("format")
-	w.str(c.Format)
+	w.strField("format", c.Format)
 	w.key("format_version")
-	if c.FormatVersion == "" {
-		w.null()
-	} else {
-		w.str(c.FormatVersion)
-	}
+	w.strOrNull(c.FormatVersion)
 	w.key("attributes")
 	if err := w.value(orEmpty(c.Attributes)); err != nil {
 		return nil, fmt.Errorf("manifest.json: attributes: %w", err)
@@ -51,10 +45,8 @@ func (tr *Tree) writeManifest() ([]byte, error) {
 		}
 		w.key(f.Name)
 		w.open('{')
-		w.key("path")
-		w.str(Escape(f.Name))
-		w.key("size")
-		w.uint(size)
+		w.strField("path", Escape(f.Name))
+		w.uintField("size", size)
 		w.close('}')
 	}
 	w.close('}')
@@ -98,16 +90,12 @@ func (tr *Tree) tensorDirs() []*tensorDir {
 func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
 	t := td.t
 	w.open('{')
-	w.key("name")
-	w.str(t.Name)
-	w.key("path")
-	w.str(td.path)
+	w.strField("name", t.Name)
+	w.strField("path", td.path)
 	w.key("shape")
 	w.uints(t.Shape)
-	w.key("dtype")
-	w.str(string(t.DType))
-	w.key("layout")
-	w.str(t.Layout)
+	w.strField("dtype", string(t.DType))
+	w.strField("layout", t.Layout)
 	w.key("attributes")
 	if err := w.value(orEmpty(t.Attributes)); err != nil {
 		return fmt.Errorf("tensor %q: attributes: %w", t.Name, err)
@@ -115,18 +103,14 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
 	w.key("npy")
 	if info, err := pipeline.NPYOf(t); err != nil {
 		w.null()
-		w.key("npy_missing")
-		w.str(err.Error())
+		w.strField("npy_missing", err.Error())
 	} else {
 		w.open('{')
-		w.key("path")
-		w.str(td.path + "/" + npyName)
-		w.key("dtype")
-		w.str(info.Descr)
+		w.strField("path", td.path+"/"+npyName)
+		w.strField("dtype", info.Descr)
 		w.key("shape")
 		w.uints(info.Shape)
-		w.key("size")
-		w.uint(info.Size)
+		w.uintField("size", info.Size)
 		w.close('}')
 	}
 	w.key("components")
@@ -149,10 +133,8 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
 // "stored", the bytes as the source holds them.
 func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	w.open('{')
-	w.key("path")
-	w.str(path)
-	w.key("dtype")
-	w.str(string(c.DType))
+	w.strField("path", path)
+	w.strField("dtype", string(c.DType))
 	w.key("size") // null when only decoding tells: stat the file
 	if c.Size >= 0 {
 		w.int(c.Size)
@@ -161,18 +143,11 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	}
 	w.key("stored")
 	w.open('{')
-	w.key("offset")
-	w.uint(c.Offset)
-	w.key("length")
-	w.uint(c.Length)
-	w.key("encoding")
-	w.str(string(c.Encoding))
+	w.uintField("offset", c.Offset)
+	w.uintField("length", c.Length)
+	w.strField("encoding", string(c.Encoding))
 	w.key("digest")
-	if c.Digest == "" {
-		w.null()
-	} else {
-		w.str(c.Digest)
-	}
+	w.strOrNull(c.Digest)
 	w.key("byte_order")
 	if c.BigEndian {
 		w.str("big")
@@ -184,14 +159,11 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	case !c.Encoding.Known():
 		w.key("decoded")
 		w.boolean(false)
-		w.key("note")
-		w.str(fmt.Sprintf("encoding %q is not supported; the file holds the stored bytes", c.Encoding))
+		w.strField("note", fmt.Sprintf("encoding %q is not supported; the file holds the stored bytes", c.Encoding))
 	case c.BigEndian && !c.DType.Known():
-		w.key("note")
-		w.str(fmt.Sprintf("dtype %q is unknown, so its big-endian elements could not be swapped", c.DType))
+		w.strField("note", fmt.Sprintf("dtype %q is unknown, so its big-endian elements could not be swapped", c.DType))
 	case c.BigEndian:
-		w.key("note")
-		w.str("stored big-endian; the file holds little-endian elements")
+		w.strField("note", "stored big-endian; the file holds little-endian elements")
 	}
 	w.close('}')
 }
