@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant"
@@ -138,8 +137,6 @@ type sparse struct {
 	nnzFrom   Reader   // the component whose size gives nnz
 	maxWindow int64    // bytes one fill may produce at most
 	out       *cached  // the cache front, for the other blocks of a window
-
-	fills atomic.Int64 // passes over the entries, for tests
 
 	once   sync.Once
 	err    error
@@ -363,7 +360,6 @@ func (s *sparse) block(k int64) ([]byte, error) {
 	b := &denseBlock{first: first, end: min(s.total, first+uint64(s.window)*per), s: s}
 	b.out = make([]byte, (b.end-b.first)*s.outBytes)
 	b.set = make([]uint64, (b.end-b.first+63)/64)
-	s.fills.Add(1)
 	var err error
 	if s.indptr != nil {
 		err = s.fillCSR(b)
