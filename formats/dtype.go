@@ -35,6 +35,9 @@ const (
 	U16        DType = "u16"
 	U8         DType = "u8"
 	Bool       DType = "bool"
+	// Bitmask packs one bool per bit, the first element in the most
+	// significant bit of the first byte (Tensogram's bitmask).
+	Bitmask DType = "bitmask"
 )
 
 // Kind groups element types by how their bits are read.
@@ -88,6 +91,7 @@ var dtypes = map[DType]DTypeInfo{
 	U16:        {16, KindUnsigned, 2, "<u2", 16},
 	U8:         {8, KindUnsigned, 1, "|u1", 8},
 	Bool:       {8, KindBool, 1, "|b1", 8},
+	Bitmask:    {1, KindBool, 1, "|b1", 8},
 }
 
 // Info returns what ztfs knows of d; ok is false for a name it does not know.
@@ -136,6 +140,9 @@ func ByteSize(n uint64, d DType) (uint64, error) {
 	hi, lo := bits.Mul64(n, uint64(info.Bits))
 	if hi != 0 {
 		return 0, fmt.Errorf("%d elements of %s: byte size overflows 64 bits", n, d)
+	}
+	if lo%8 != 0 && d == Bitmask {
+		return lo/8 + 1, nil // the last byte's unused bits are zero
 	}
 	if lo%8 != 0 {
 		return 0, fmt.Errorf("%d elements of %s (%d bits each) do not fill whole bytes", n, d, info.Bits)

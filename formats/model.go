@@ -26,8 +26,11 @@ type Container struct {
 	// Tensors in a deterministic order, with unique names.
 	Tensors []*Tensor
 	// Files are extra files a format carries besides tensors, shown at the
-	// root of the mount.
+	// root of the mount or in the directory File.Dir names.
 	Files []*File
+	// Warnings are problems the reader worked around (skipped bytes, a
+	// message cut off at the end of the file), one line each, for the log.
+	Warnings []string
 }
 
 // Tensor is one logical tensor.
@@ -88,6 +91,10 @@ const (
 // Known reports whether the pipeline can decode e.
 func (e Encoding) Known() bool { return e == Raw || e == Zstd }
 
+// Decodable reports whether the pipeline can decode c: its encoding is
+// known or its codecs say how.
+func (c *Component) Decodable() bool { return c.Encoding.Known() || len(c.Codecs) > 0 }
+
 // Component is one stored part of a tensor: a region of the source file and
 // the steps that turn it into decoded, little-endian elements.
 type Component struct {
@@ -111,12 +118,101 @@ type Component struct {
 	Size int64
 	// MaxSize caps the decoded size when Size is -1.
 	MaxSize uint64
+
+	// Codecs, when set, decode the stored bytes step by step in this order,
+	// and Encoding only names them in the manifest. Formats whose stored
+	// bytes pass through more than one transform use them (Tensogram:
+	// decompress, unshuffle, unpack).
+	Codecs []Codec
+	// Masks, when set, overwrite masked elements with NaN or ±Inf after
+	// decoding and after the byte swap.
+	Masks *Masks
+	// DigestRegion is the region of the source Digest covers when that is
+	// not the stored bytes (a Tensogram hash covers the whole frame body).
+	DigestRegion *Region
+	// VerifyByDefault asks for the digest to be checked before the first
+	// byte is served even when the mount was not asked to verify.
+	VerifyByDefault bool
+	// StoredAttributes are further facts about the stored bytes, JSON-ready,
+	// shown in the manifest next to offset, length and encoding.
+	StoredAttributes map[string]any
+}
+
+// Region is a byte range of the source file.
+type Region struct{ Offset, Length uint64 }
+
+// Codec is one decoding step of Component.Codecs. Its implementations are
+// Decompress, Unshuffle, SimpleUnpack and BitmaskDecode.
+type Codec interface{ codec() }
+
+// Decompress inflates a compressed stream to exactly Size bytes. Method is
+// "zstd" (one or more frames), "lz4" (a 4-byte little-endian size and one
+// raw LZ4 block) or "szip" (a CCSDS-121 stream as libaec writes it, with
+// Szip giving its parameters).
+type Decompress struct {
+	Method string
+	Size   uint64
+	Szip   *SzipParams
+}
+
+// SzipParams are the parameters of a CCSDS-121 (libaec) stream.
+type SzipParams struct {
+	BitsPerSample, BlockSize, RSI, Flags int
+	// BlockOffsets are the bit offsets of each reference sample interval in
+	// the stream, when the writer recorded them (random access).
+	BlockOffsets []uint64
+}
+
+// Unshuffle reverses an HDF5-style byte shuffle of ElementSize-byte
+// elements.
+type Unshuffle struct{ ElementSize int }
+
+// SimpleUnpack turns Count values of Bits bits each, packed MSB-first into
+// one bit stream, into little-endian float64 values
+// Reference + 2^BinaryScale × 10^−DecimalScale × q (GRIB simple packing).
+type SimpleUnpack struct {
+	Count                     uint64
+	Reference                 float64
+	BinaryScale, DecimalScale int
+	Bits                      int
+}
+
+// BitmaskDecode expands a run-length ("rle") or Roaring ("roaring") coding
+// of Count bits into the packed MSB-first bitmask. Prefixed streams start
+// with a 4-byte big-endian bit count (the Tensogram compression codecs);
+// mask blobs do not. Method "none" is the packed bitmask itself; "zstd" and
+// "lz4" are that bitmask compressed.
+type BitmaskDecode struct {
+	Method   string
+	Prefixed bool
+	Count    uint64
+}
+
+func (Decompress) codec()    {}
+func (Unshuffle) codec()     {}
+func (SimpleUnpack) codec()  {}
+func (BitmaskDecode) codec() {}
+
+// Masks mark the elements of a decoded float component that are NaN, +Inf
+// or −Inf; each mask is a coded bitmask of Count bits stored in the source.
+type Masks struct {
+	Count               uint64
+	NaN, PosInf, NegInf *MaskBlob
+}
+
+// MaskBlob locates one coded bitmask; Method is as in BitmaskDecode.
+type MaskBlob struct {
+	Method string
+	Region
 }
 
 // File is an extra file at the root of the mount.
 type File struct {
-	// Name is the file's name at the root (one path element, unescaped).
+	// Name is the file's name (one path element, unescaped).
 	Name string
+	// Dir is the directory the file lives in, one unescaped element per
+	// level below the root; nil for the root.
+	Dir []string
 	// Offset and Length locate the file's bytes in the source, unless Content
 	// is set.
 	Offset, Length uint64

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv"
 	"github.com/ztfs/ztfs/internal/tree"
@@ -337,7 +338,7 @@ func short(b []byte) []byte {
 // With digest verification on, the damaged component reads as EIO and the
 // rest of the mount keeps working.
 func TestVerifyMismatchIsEIO(t *testing.T) {
-	mnt, _ := mountFixture(t, filepath.Join(fixtures.Dir(), "ztensor/v1_1/reject/bad_crc.zt"), session.Options{Verify: true})
+	mnt, _ := mountFixture(t, filepath.Join(fixtures.Dir(), "ztensor/v1_1/reject/bad_crc.zt"), session.Options{Verify: pipeline.VerifyAll})
 	for _, name := range []string{"data", "tensor.npy"} {
 		_, err := os.ReadFile(filepath.Join(mnt, "tensors/weights", name))
 		if !errors.Is(err, syscall.EIO) {
@@ -347,7 +348,7 @@ func TestVerifyMismatchIsEIO(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(mnt, "manifest.json")); err != nil {
 		t.Errorf("manifest.json: %v", err)
 	}
-	mnt2, _ := mountFixture(t, filepath.Join(fixtures.Dir(), "ztensor/v1_1/valid/checksums.zt"), session.Options{Verify: true})
+	mnt2, _ := mountFixture(t, filepath.Join(fixtures.Dir(), "ztensor/v1_1/valid/checksums.zt"), session.Options{Verify: pipeline.VerifyAll})
 	for _, name := range []string{"crc", "sha"} {
 		if _, err := os.ReadFile(filepath.Join(mnt2, "tensors", name, "tensor.npy")); err != nil {
 			t.Errorf("%s: %v", name, err)

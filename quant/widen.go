@@ -14,7 +14,8 @@ import (
 // Widener converts packed elements of one stored type into NumPy elements.
 type Widener struct {
 	// InBits is the width of one stored element; elements narrower than a
-	// byte are packed first element in the low bits.
+	// byte are packed first element in the low bits, except for the
+	// bitmask dtype, whose first element is the high bit.
 	InBits int
 	// OutBytes is the width of one output element.
 	OutBytes int
@@ -47,8 +48,19 @@ func WidenerFor(d formats.DType) *Widener {
 		return &Widener{4, 4, f4ToF32}
 	case formats.Bool:
 		return &Widener{8, 1, normalizeBool}
+	case formats.Bitmask:
+		return &Widener{1, 1, bitmaskToBool}
 	}
 	return nil
+}
+
+// bitmaskToBool expands bits stored most significant first (Tensogram's
+// bitmask dtype) into one NumPy bool per element.
+func bitmaskToBool(dst, src []byte, n int) {
+	dst = dst[:n]
+	for i := range dst {
+		dst[i] = src[i>>3] >> (7 - i&7) & 1
+	}
 }
 
 func bf16ToF32(dst, src []byte, n int) {

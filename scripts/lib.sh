@@ -10,7 +10,8 @@ ensure_go() {
 }
 
 # ensure_packages installs the Debian packages given, if any is missing:
-# fuse3 (fusermount3), jq, python3-numpy (NumPy for /usr/bin/python3).
+# fuse3 (fusermount3), jq, python3-numpy (NumPy for /usr/bin/python3),
+# libaec-tools (libaec's aec, the szip reference the tests compare with).
 ensure_packages() {
   local missing=()
   for pkg in "$@"; do

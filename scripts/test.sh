@@ -2,13 +2,13 @@
 # Everything CI runs: formatting, vet, all tests (real FUSE mounts and NumPy
 # interop included, never skipped), the race detector on the concurrent
 # packages, a short run of every fuzz target, and the demo.
-# Usage: scripts/test.sh            (installs fuse3, jq, python3-numpy if missing)
+# Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, libaec-tools if missing)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
-ensure_packages fuse3 jq python3-numpy
+ensure_packages fuse3 jq python3-numpy libaec-tools
 python_with_numpy >/dev/null
 [ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
 

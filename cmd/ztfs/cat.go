@@ -14,7 +14,7 @@ import (
 
 func newCatCommand() *cobra.Command {
 	var cacheSize sizeFlag = defaultCacheSize
-	var verify bool
+	var verify, noVerify bool
 	cmd := &cobra.Command{
 		Use:   "cat [flags] SOURCE PATH",
 		Short: "Write one file of the tree to stdout, without FUSE",
@@ -23,11 +23,16 @@ as 'cat MOUNTPOINT/PATH' would, without FUSE. PATH is relative to the mount
 root, e.g. manifest.json or tensors/layer1.weight/tensor.npy.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCat(args[0], args[1], session.Options{CacheSize: int64(cacheSize), Verify: verify}, os.Stdout)
+			mode, err := verifyMode(verify, noVerify)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			return runCat(args[0], args[1], session.Options{CacheSize: int64(cacheSize), Verify: mode}, os.Stdout)
 		},
 	}
 	cmd.Flags().Var(&cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G")
-	cmd.Flags().BoolVar(&verify, "verify", false, "check digests before serving a component's first byte")
+	cmd.Flags().BoolVar(&verify, "verify", false, "check every digest before serving a component's first byte")
+	cmd.Flags().BoolVar(&noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes")
 	return cmd
 }
 

@@ -119,13 +119,28 @@ func printTable(w io.Writer, source string, c *formats.Container) {
 // verifyDigests checks every recorded digest and reports each result.
 func verifyDigests(w io.Writer, source string, s *session.Session) error {
 	checked, failed := 0, 0
+	type covered struct {
+		digest      string
+		off, length uint64
+	}
+	seen := map[covered]bool{}
 	for _, t := range s.Container.Tensors {
 		for _, c := range t.Components {
 			if c.Digest == "" {
 				continue
 			}
+			// A digest over more than one component's bytes (a Tensogram
+			// frame hash) is checked and reported once, for the first.
+			key := covered{c.Digest, c.Offset, c.Length}
+			if r := c.DigestRegion; r != nil {
+				key.off, key.length = r.Offset, r.Length
+			}
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
 			where := fmt.Sprintf("tensor %q: component %q", t.Name, c.Role)
-			err := digest.Check(s.Source, int64(c.Offset), int64(c.Length), c.Digest)
+			err := digest.Check(s.Source, int64(key.off), int64(key.length), c.Digest)
 			var mismatch *digest.MismatchError
 			switch {
 			case err == nil:

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	ztfs "github.com/ztfs/ztfs/fs"
+	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
 
@@ -28,6 +29,7 @@ type mountFlags struct {
 	options    []string
 	debug      bool
 	verify     bool
+	noVerify   bool
 	logFile    string
 	readyFd    int // set by a parent ztfs waiting for its background server
 }
@@ -54,16 +56,34 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl.Var(&f.cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units)")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
-	fl.BoolVar(&f.verify, "verify", false, "check each component's digest before serving its first byte; mismatches read as EIO")
+	fl.BoolVar(&f.verify, "verify", false, "check every component's digest before serving its first byte; mismatches read as EIO")
+	fl.BoolVar(&f.noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes (checked by default)")
 	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else syslog)")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
 	_ = fl.MarkHidden("ready-fd")
 	return cmd
 }
 
+// verifyMode turns the --verify and --no-verify flags into the pipeline's
+// verification mode.
+func verifyMode(verify, noVerify bool) (pipeline.VerifyMode, error) {
+	switch {
+	case verify && noVerify:
+		return 0, errors.New("--verify and --no-verify exclude each other")
+	case verify:
+		return pipeline.VerifyAll, nil
+	case noVerify:
+		return pipeline.VerifyNone, nil
+	}
+	return pipeline.VerifyDefault, nil
+}
+
 func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error {
 	opts, err := parseOptions(f.options)
 	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	if _, err := verifyMode(f.verify, f.noVerify); err != nil {
 		return withCode(exitUsage, err)
 	}
 	if f.debug {
@@ -73,8 +93,19 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 		return withCode(exitError, startBackground(source, mountpoint))
 	}
 	ready := func(error) {}
+	warn := func(warnings []string) {
+		for _, w := range warnings {
+			fmt.Fprintf(os.Stderr, "ztfs: %s: warning: %s\n", source, w)
+		}
+	}
 	if f.readyFd >= 0 {
 		pipe := os.NewFile(uintptr(f.readyFd), "ready")
+		// The parent prints the warnings on the user's terminal.
+		warn = func(warnings []string) {
+			for _, w := range warnings {
+				fmt.Fprintf(pipe, "%s%s: warning: %s\n", warningPrefix, source, strings.ReplaceAll(w, "\n", " "))
+			}
+		}
 		ready = func(err error) {
 			if err != nil {
 				fmt.Fprintf(pipe, "%v\n", err)
@@ -84,7 +115,7 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 			pipe.Close()
 		}
 	}
-	if err := serve(source, mountpoint, f, opts, ready); err != nil {
+	if err := serve(source, mountpoint, f, opts, ready, warn); err != nil {
 		ready(err)
 		return withCode(exitError, err)
 	}
@@ -92,15 +123,17 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 }
 
 // serve opens source, mounts it and serves until the mount goes away.
-func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error)) error {
+func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), warn func([]string)) error {
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
-	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: f.verify,
+	verify, _ := verifyMode(f.verify, f.noVerify)
+	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: verify,
 		Logf: func(format string, args ...any) { logf(format, args...) }})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	warn(s.Container.Warnings)
 	if err := checkMountpoint(mountpoint); err != nil {
 		return err
 	}
@@ -237,7 +270,14 @@ func startBackground(source, mountpoint string) error {
 	}
 	w.Close()
 	msg, _ := io.ReadAll(bufio.NewReader(r))
-	line := strings.TrimSpace(string(msg))
+	var line string
+	for _, l := range strings.Split(strings.TrimSpace(string(msg)), "\n") {
+		if w, ok := strings.CutPrefix(l, warningPrefix); ok {
+			fmt.Fprintf(os.Stderr, "ztfs: %s\n", w)
+			continue
+		}
+		line = l
+	}
 	if line == "ready" {
 		_ = child.Process.Release()
 		return nil
@@ -248,6 +288,9 @@ func startBackground(source, mountpoint string) error {
 	}
 	return errors.New(line)
 }
+
+// warningPrefix marks a warning line on the ready pipe.
+const warningPrefix = "warning "
 
 // serverArgs returns the mount command line for the background server: the
 // user's own arguments after "mount".

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/tensogram"
 	"github.com/ztfs/ztfs/formats/ztensor"
 )
 
@@ -17,10 +18,7 @@ import (
 const headSize = 64
 
 // Magics of formats ztfs recognises but does not read yet.
-var (
-	tensogramMagic = []byte("TENSOGRM")
-	mcfMagic       = []byte("MCF\x00")
-)
+var mcfMagic = []byte("MCF\x00")
 
 // Format names the format of a file starting with head and of the given size,
 // or returns "" when no reader claims it.
@@ -28,7 +26,7 @@ func Format(head []byte, size int64) string {
 	switch {
 	case ztensor.Sniff(head):
 		return "ztensor"
-	case bytes.HasPrefix(head, tensogramMagic):
+	case tensogram.Sniff(head):
 		return "tensogram"
 	case bytes.HasPrefix(head, mcfMagic):
 		return "mcf"
@@ -50,11 +48,13 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 		return ztensor.Open(r, size)
 	case "safetensors":
 		return safetensors.Open(r, size)
-	case "tensogram", "mcf":
+	case "tensogram":
+		return tensogram.Open(r, size)
+	case "mcf":
 		return nil, fmt.Errorf("%s files are not supported yet", f)
 	}
 	if size == 0 {
 		return nil, errors.New("unknown format: the file is empty")
 	}
-	return nil, errors.New("unknown format: not zTensor or safetensors")
+	return nil, errors.New("unknown format: not zTensor, safetensors or Tensogram")
 }

@@ -37,7 +37,7 @@ func TestDetectionUsesBytesOnly(t *testing.T) {
 		{"model.safetensors", "ZTEN1000" + strings.Repeat("\x00", 40), "ztensor"},
 		{"empty", "", "the file is empty"},
 		{"text", "hello world, this is not a tensor file", "unknown format"},
-		{"tensogram", "TENSOGRM\x00\x03", "tensogram files are not supported yet"},
+		{"tensogram", "TENSOGRM\x00\x03", "no complete Tensogram message"},
 		{"mcf", "MCF\x00\x01\x00", "mcf files are not supported yet"},
 		{"npy", "\x93NUMPY\x01\x00v\x00{'descr': '<f4'", "unknown format"},
 	}

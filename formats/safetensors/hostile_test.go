@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -351,7 +352,7 @@ func TestTensorMapping(t *testing.T) {
 	got := c.Tensors[0]
 	if got.Name != want.Name || got.DType != want.DType || got.Layout != want.Layout || got.Path != nil ||
 		got.Logical != want.Logical || got.Unsupported != "" || len(got.Attributes) != 0 || got.Attributes == nil ||
-		len(got.Components) != 1 || *got.Components[0] != *want.Components[0] || len(got.Shape) != 2 || got.Shape[0] != 2 || got.Shape[1] != 3 {
+		len(got.Components) != 1 || !reflect.DeepEqual(got.Components[0], want.Components[0]) || len(got.Shape) != 2 || got.Shape[0] != 2 || got.Shape[1] != 3 {
 		t.Fatalf("got %+v (component %+v), want %+v", got, got.Components[0], want)
 	}
 	if c.Format != "safetensors" || c.FormatVersion != "" || c.Attributes["k"] != "v" || c.Files != nil {

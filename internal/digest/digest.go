@@ -1,5 +1,6 @@
 // Package digest checks the checksums containers record for stored bytes:
-// "crc32c:0x<8 hex>" (CRC-32C, Castagnoli) and "sha256:<64 hex>".
+// "crc32c:0x<8 hex>" (CRC-32C, Castagnoli), "sha256:<64 hex>" and
+// "xxh3:<16 hex>" (XXH3-64, seed 0, as Tensogram frame hashes).
 package digest
 
 import (
@@ -11,6 +12,8 @@ import (
 	"hash/crc32"
 	"io"
 	"strings"
+
+	"github.com/zeebo/xxh3"
 )
 
 // ErrUnverifiable is returned for a digest whose algorithm ztfs does not
@@ -49,6 +52,13 @@ func parse(s string) (spec, error) {
 			return spec{}, fmt.Errorf("malformed sha256 digest %q", s)
 		}
 		return spec{"sha256", want, sha256.New, hex.EncodeToString}, nil
+	case strings.HasPrefix(lower, "xxh3:"):
+		want, err := hex.DecodeString(s[len("xxh3:"):])
+		if err != nil || len(want) != 8 {
+			return spec{}, fmt.Errorf("malformed xxh3 digest %q", s)
+		}
+		// Hasher.Sum appends the 64-bit value big-endian, as it is written.
+		return spec{"xxh3", want, func() hash.Hash { return xxh3.New() }, hex.EncodeToString}, nil
 	}
 	return spec{}, fmt.Errorf("%w: %q", ErrUnverifiable, s)
 }

@@ -24,7 +24,13 @@ func TestCheck(t *testing.T) {
 		}},
 		{"sha256:00", func(err error) bool { return err != nil && !errors.Is(err, ErrUnverifiable) }},
 		{"crc32c:0x12", func(err error) bool { return err != nil && !errors.Is(err, ErrUnverifiable) }},
-		{"xxh3:0123456789abcdef", func(err error) bool { return errors.Is(err, ErrUnverifiable) }},
+		{"xxh3:a82f522ec4510db4", func(err error) bool { return err == nil }},
+		{"XXH3:A82F522EC4510DB4", func(err error) bool { return err == nil }},
+		{"xxh3:0123456789abcdef", func(err error) bool {
+			var m *MismatchError
+			return errors.As(err, &m) && m.Actual == "a82f522ec4510db4"
+		}},
+		{"xxh3:0123", func(err error) bool { return err != nil && !errors.Is(err, ErrUnverifiable) }},
 		{"md5:abc", func(err error) bool { return errors.Is(err, ErrUnverifiable) }},
 	}
 	for _, tc := range tests {

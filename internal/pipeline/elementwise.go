@@ -10,7 +10,7 @@ import (
 // is smaller than the copy that a cache hit would cost.
 type elementwise struct {
 	in       Reader
-	inBits   int   // bits per input element; below 8, elements pack into bytes low bits first
+	inBits   int   // bits per input element, 1..64; elements need not end on byte boundaries
 	outBytes int   // bytes per output element
 	count    int64 // elements; -1 to derive from the input size
 	convert  func(dst, src []byte, n int)
@@ -53,11 +53,10 @@ func (e *elementwise) ReadAt(p []byte, off int64) (int, error) {
 	if n == 0 {
 		return 0, eof
 	}
-	// Elements narrower than a byte are converted in whole bytes.
-	group := int64(1)
-	if e.inBits < 8 {
-		group = int64(8 / e.inBits)
-	}
+	// Conversion starts at an element that starts on a byte boundary: a
+	// multiple of 8/gcd(inBits, 8). Chunks are multiples of 8 elements, so
+	// every chunk starts on one too.
+	group := int64(8 / gcd(e.inBits, 8))
 	first := off / int64(e.outBytes) / group * group
 	end := min(count, (off+int64(n)+int64(e.outBytes)-1)/int64(e.outBytes))
 
@@ -90,6 +89,13 @@ func (e *elementwise) ReadAt(p []byte, off int64) (int, error) {
 		}
 	}
 	return n, eof
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // swapper returns the conversion that reverses the byte order of each

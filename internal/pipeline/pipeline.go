@@ -16,6 +16,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/npy"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -26,14 +27,28 @@ type Options struct {
 	Cache *cache.Cache
 	// BlockSize is the size of decoded blocks, a multiple of 16; default 1 MiB.
 	BlockSize int64
-	// Verify checks each component's digest before its first byte is served.
-	Verify bool
+	// Verify says which digests are checked before a component's first
+	// byte is served.
+	Verify VerifyMode
 	// Decoders bounds the zstd decoders alive at once; default 4.
 	Decoders int
 	// Logf receives notes that are not errors of a read, such as a digest
 	// that cannot be verified. Nil discards them.
 	Logf func(format string, args ...any)
 }
+
+// VerifyMode says which recorded digests a pipeline checks.
+type VerifyMode int
+
+const (
+	// VerifyDefault checks the digests a format asks to have checked
+	// (formats.Component.VerifyByDefault: Tensogram frame hashes).
+	VerifyDefault VerifyMode = iota
+	// VerifyAll checks every digest.
+	VerifyAll
+	// VerifyNone checks none.
+	VerifyNone
+)
 
 // DefaultBlockSize is the decoded block size unless Options say otherwise.
 const DefaultBlockSize = 1 << 20
@@ -49,6 +64,7 @@ type Pipeline struct {
 	mu         sync.Mutex
 	components map[*formats.Component]Reader
 	npys       map[*formats.Tensor]Reader
+	verdicts   map[verdictKey]*verdict
 }
 
 // New returns the pipeline of src.
@@ -72,6 +88,7 @@ func New(src *Source, opts Options) (*Pipeline, error) {
 		src: src, opts: opts, pool: newDecoderPool(opts.Decoders),
 		components: make(map[*formats.Component]Reader),
 		npys:       make(map[*formats.Tensor]Reader),
+		verdicts:   make(map[verdictKey]*verdict),
 	}, nil
 }
 
@@ -102,21 +119,28 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 	if c.Offset > uint64(p.src.Size()) || c.Length > uint64(p.src.Size())-c.Offset {
 		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source", c.Offset, c.Length, p.src.Size())}
 	}
-	reg := &region{src: p.src, off: int64(c.Offset), len: int64(c.Length)}
-	var stored Reader = reg
-	if p.opts.Verify && c.Digest != "" {
-		stored = &verified{region: reg, digest: c.Digest, report: func(err error) {
-			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
-		}}
+	var stored Reader = &region{src: p.src, off: int64(c.Offset), len: int64(c.Length)}
+	if c.Digest != "" && (p.opts.Verify == VerifyAll || p.opts.Verify == VerifyDefault && c.VerifyByDefault) {
+		v, err := p.verdictLocked(t, c)
+		if err != nil {
+			return failing{err}
+		}
+		stored = &verified{inner: stored, verdict: v}
 	}
 	var decoded Reader
-	switch c.Encoding {
-	case formats.Raw:
+	switch {
+	case len(c.Codecs) > 0:
+		r, err := p.buildCodecs(stored, c)
+		if err != nil {
+			return failing{err}
+		}
+		decoded = r
+	case c.Encoding == formats.Raw:
 		if c.Size >= 0 && uint64(c.Size) != c.Length {
 			return failing{fmt.Errorf("raw component of %d stored bytes declares %d decoded bytes", c.Length, c.Size)}
 		}
 		decoded = stored
-	case formats.Zstd:
+	case c.Encoding == formats.Zstd:
 		max := c.MaxSize
 		if c.Size >= 0 {
 			max = uint64(c.Size)
@@ -130,7 +154,48 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 	if info, ok := c.DType.Info(); ok && c.BigEndian && info.SwapUnit > 1 {
 		decoded = newElementwise(decoded, info.SwapUnit*8, info.SwapUnit, -1, swapper(info.SwapUnit))
 	}
+	if c.Masks != nil {
+		r, err := p.buildMasks(decoded, c, c.Masks)
+		if err != nil {
+			return failing{err}
+		}
+		decoded = r
+	}
 	return decoded
+}
+
+// verdictKey identifies one digest check: components whose digest covers
+// the same bytes (the files of one Tensogram object) share its verdict.
+type verdictKey struct {
+	digest      string
+	off, length uint64
+}
+
+// verdictLocked returns the shared check of c's digest.
+func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verdict, error) {
+	key := verdictKey{digest: c.Digest, off: c.Offset, length: c.Length}
+	if r := c.DigestRegion; r != nil {
+		key.off, key.length = r.Offset, r.Length
+	}
+	if key.off > uint64(p.src.Size()) || key.length > uint64(p.src.Size())-key.off {
+		return nil, fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", key.off, key.length, p.src.Size())
+	}
+	if v, ok := p.verdicts[key]; ok {
+		return v, nil
+	}
+	v := &verdict{check: func() error {
+		err := digest.Check(p.src, int64(key.off), int64(key.length), key.digest)
+		if errors.Is(err, digest.ErrUnverifiable) {
+			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: bytes [%d, +%d): %w", p.src.Path(), key.off, key.length, err)
+		}
+		return nil
+	}}
+	p.verdicts[key] = v
+	return v, nil
 }
 
 // NPYInfo describes a tensor.npy file.

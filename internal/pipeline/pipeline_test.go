@@ -296,7 +296,7 @@ func TestDigestVerification(t *testing.T) {
 			var b fileBuilder
 			off := b.add(data)
 			var notes []string
-			p := newTestPipeline(t, b.open(t), Options{Verify: true, Logf: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
+			p := newTestPipeline(t, b.open(t), Options{Verify: VerifyAll, Logf: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
 			c := rawComponent("data", formats.F32, off, data)
 			c.Digest = tc.digest
 			r := p.Component(&formats.Tensor{Name: "crc"}, c)

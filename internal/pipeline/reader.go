@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-
-	"github.com/ztfs/ztfs/internal/digest"
 )
 
 // Reader is one stage of a pipeline: a byte stream read at any offset.
@@ -101,43 +99,41 @@ func (r *region) FileSpan(off, n int64) (uintptr, int64, bool) {
 	return r.src.Fd(), r.off + off, true
 }
 
-// verified guards a region with its digest: the whole region is hashed once,
-// before the first byte is served, and every read fails after a mismatch.
-type verified struct {
-	region *region
-	digest string
-	report func(error) // told of a digest that cannot be checked
-
-	once sync.Once
-	err  error
+// verdict is the outcome of one digest check, made once, on first use.
+type verdict struct {
+	check func() error
+	once  sync.Once
+	err   error
 }
 
-func (v *verified) check() error {
-	v.once.Do(func() {
-		err := digest.Check(v.region.src, v.region.off, v.region.len, v.digest)
-		if errors.Is(err, digest.ErrUnverifiable) {
-			v.report(err)
-			err = nil
-		}
-		v.err = err
-	})
+func (v *verdict) get() error {
+	v.once.Do(func() { v.err = v.check() })
 	return v.err
 }
 
-func (v *verified) Size() (int64, error) { return v.region.len, nil }
+// verified guards stored bytes with a digest: the bytes it covers are
+// hashed once, before the first byte is served, and every read fails after
+// a mismatch.
+type verified struct {
+	inner   Reader
+	verdict *verdict
+}
+
+func (v *verified) Size() (int64, error) { return v.inner.Size() }
 
 func (v *verified) ReadAt(p []byte, off int64) (int, error) {
-	if err := v.check(); err != nil {
+	if err := v.verdict.get(); err != nil {
 		return 0, err
 	}
-	return v.region.ReadAt(p, off)
+	return v.inner.ReadAt(p, off)
 }
 
 func (v *verified) FileSpan(off, n int64) (uintptr, int64, bool) {
-	if v.check() != nil {
+	fs, ok := v.inner.(FileSpanner)
+	if !ok || v.verdict.get() != nil {
 		return 0, 0, false
 	}
-	return v.region.FileSpan(off, n)
+	return fs.FileSpan(off, n)
 }
 
 // concat serves a fixed prefix followed by another stream: a .npy header

@@ -19,8 +19,9 @@ type Options struct {
 	CacheSize int64
 	// BlockSize of decoded blocks; 0 for the pipeline's default.
 	BlockSize int64
-	// Verify checks digests before serving a component's first byte.
-	Verify bool
+	// Verify says which digests are checked before a component's first
+	// byte is served.
+	Verify pipeline.VerifyMode
 	// Logf receives notes of the pipeline; nil discards them.
 	Logf func(format string, args ...any)
 }

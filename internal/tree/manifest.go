@@ -3,6 +3,7 @@ package tree
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
@@ -37,15 +38,22 @@ func (tr *Tree) writeManifest() ([]byte, error) {
 	w.key("files")
 	w.open('{')
 	files := append([]*formats.File(nil), c.Files...)
-	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	key := func(f *formats.File) string {
+		return strings.Join(append(append([]string(nil), f.Dir...), f.Name), "/")
+	}
+	sort.Slice(files, func(i, j int) bool { return key(files[i]) < key(files[j]) })
 	for _, f := range files {
 		size := f.Length
 		if f.Content != nil {
 			size = uint64(len(f.Content))
 		}
-		w.key(f.Name)
+		path := Escape(f.Name)
+		for i := len(f.Dir) - 1; i >= 0; i-- {
+			path = Escape(f.Dir[i]) + "/" + path
+		}
+		w.key(key(f))
 		w.open('{')
-		w.strField("path", Escape(f.Name))
+		w.strField("path", path)
 		w.uintField("size", size)
 		w.close('}')
 	}
@@ -154,9 +162,25 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	} else {
 		w.str("little")
 	}
+	extra := make([]string, 0, len(c.StoredAttributes))
+	for k := range c.StoredAttributes {
+		switch k {
+		case "offset", "length", "encoding", "digest", "byte_order":
+			// the fields above are the model's own
+		default:
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(extra)
+	for _, k := range extra {
+		w.key(k)
+		if err := w.value(c.StoredAttributes[k]); err != nil {
+			w.null()
+		}
+	}
 	w.close('}')
 	switch {
-	case !c.Encoding.Known():
+	case !c.Decodable():
 		w.key("decoded")
 		w.boolean(false)
 		w.strField("note", fmt.Sprintf("encoding %q is not supported; the file holds the stored bytes", c.Encoding))

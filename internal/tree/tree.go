@@ -131,10 +131,14 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sourcePath string) (*Tree
 	}
 	for _, f := range c.Files {
 		name := Escape(f.Name)
-		if name == "manifest.json" || name == "tensors" {
+		if len(f.Dir) == 0 && (name == "manifest.json" || name == "tensors") {
 			return nil, fmt.Errorf("file %q: name is reserved by the mount", f.Name)
 		}
-		root.children = append(root.children, &Node{Name: name, Reader: p.File(f)})
+		parent, err := fileDir(root, tensors, f.Dir, dirs)
+		if err != nil {
+			return nil, fmt.Errorf("file %q: %w", f.Name, err)
+		}
+		parent.children = append(parent.children, &Node{Name: name, Reader: p.File(f)})
 	}
 	root.children = append(root.children, &Node{Name: "manifest.json", Reader: &tr.manifest})
 	tr.manifest.build = tr.writeManifest
@@ -144,6 +148,49 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sourcePath string) (*Tree
 	}
 	tr.Root = root
 	return tr, nil
+}
+
+// fileDir returns the directory an extra file lives in, creating the
+// directories on the way. Below tensors/ it shares them with the tensors'
+// own directories (dirs), but never puts a file inside a tensor directory.
+func fileDir(root, tensors *Node, elems []string, dirs map[string]*Node) (*Node, error) {
+	parent, path := root, ""
+	for i, raw := range elems {
+		name := Escape(raw)
+		if path != "" {
+			path += "/"
+		}
+		path += name
+		switch {
+		case i == 0 && name == "tensors":
+			parent = tensors
+			continue
+		case i == 0:
+			if name == "manifest.json" {
+				return nil, fmt.Errorf("directory %q is reserved by the mount", raw)
+			}
+			next := root.Child(name)
+			if next == nil {
+				next = &Node{Name: name}
+				root.children = append(root.children, next)
+			}
+			parent = next
+			continue
+		}
+		next := dirs[path]
+		if next == nil {
+			for _, c := range parent.children {
+				if c.Name == name && c.tensor != nil {
+					return nil, fmt.Errorf("directory %q is a tensor's", path)
+				}
+			}
+			next = &Node{Name: name}
+			dirs[path] = next
+			parent.children = append(parent.children, next)
+		}
+		parent = next
+	}
+	return parent, nil
 }
 
 // addTensor creates t's directory below tensors, to be filled on first use.

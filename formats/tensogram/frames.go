@@ -1,0 +1,288 @@
+package tensogram
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// Wire constants (specs/tensogram.md §3).
+const (
+	magic         = "TENSOGRM"
+	endMagic      = "39277777"
+	frameMarker   = "FR"
+	frameEnd      = "ENDF"
+	preambleSize  = 24
+	postambleSize = 24
+	frameHeader   = 16
+	wireVersion   = 3
+
+	// minMessage is the smallest buffered message: preamble and postamble.
+	minMessage = preambleSize + postambleSize
+
+	// maxCBOR caps one CBOR frame body or descriptor read at open, so that a
+	// hostile length costs an error rather than an allocation.
+	maxCBOR = 64 << 20
+)
+
+// Frame types.
+const (
+	typeHeaderMetadata = 1
+	typeHeaderIndex    = 2
+	typeHeaderHash     = 3
+	typeV2Data         = 4
+	typeFooterHash     = 5
+	typeFooterIndex    = 6
+	typeFooterMetadata = 7
+	typePreceder       = 8
+	typeData           = 9
+)
+
+// Frame and message flags.
+const (
+	frameCBORAfterPayload = 1 << 0 // data frames
+	frameHashPresent      = 1 << 1 // 0.21+
+	messageHashesPresent  = 1 << 7
+)
+
+var typeNames = map[uint16]string{
+	typeHeaderMetadata: "header metadata", typeHeaderIndex: "header index", typeHeaderHash: "header hash",
+	typeFooterHash: "footer hash", typeFooterIndex: "footer index", typeFooterMetadata: "footer metadata",
+	typePreceder: "preceder metadata", typeData: "data object",
+}
+
+// frame is one walked frame; offsets are absolute file offsets.
+type frame struct {
+	typ, flags uint16
+	off, len   uint64
+	hash       uint64 // the slot, meaningful only when the hash is present
+	cborOffset uint64 // data frames: the tail's cbor_offset
+}
+
+func (f *frame) tail() uint64 {
+	if f.typ == typeData {
+		return 20
+	}
+	return 12
+}
+
+// body is the hashed part of the frame: between the header and the tail.
+func (f *frame) body() (off, n uint64) { return f.off + frameHeader, f.len - frameHeader - f.tail() }
+
+func (f *frame) name() string {
+	if s, ok := typeNames[f.typ]; ok {
+		return s
+	}
+	return fmt.Sprintf("type %d", f.typ)
+}
+
+// file reads the source with bounds checks.
+type file struct {
+	r    io.ReaderAt
+	size uint64
+}
+
+// read returns exactly n bytes at off; n is checked against the file size
+// before anything is allocated.
+func (f *file) read(off, n uint64) ([]byte, error) {
+	if off > f.size || n > f.size-off {
+		return nil, fmt.Errorf("read of %d bytes at offset %d runs past the end of the %d-byte file", n, off, f.size)
+	}
+	b := make([]byte, n)
+	m, err := f.r.ReadAt(b, int64(off))
+	if uint64(m) == n {
+		return b, nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return nil, fmt.Errorf("reading %d bytes at offset %d: %w", n, off, err)
+}
+
+func (f *file) u64(off uint64) (uint64, error) {
+	b, err := f.read(off, 8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// scanChunk is how much is read at once while searching for a magic.
+const scanChunk = 1 << 20
+
+// find returns the offset of the first occurrence of pat in [from, limit),
+// or limit when there is none.
+func (f *file) find(pat string, from, limit uint64) (uint64, error) {
+	limit = min(limit, f.size)
+	for from < limit {
+		n := min(scanChunk, limit-from)
+		// Overlap chunks so that a pattern across their border is found.
+		readN := min(n+uint64(len(pat))-1, f.size-from)
+		b, err := f.read(from, readN)
+		if err != nil {
+			return 0, err
+		}
+		if i := bytes.Index(b, []byte(pat)); i >= 0 && uint64(i) < n {
+			return from + uint64(i), nil
+		}
+		from += n
+	}
+	return limit, nil
+}
+
+// align8 rounds a message-relative position up to the padding grid.
+func align8(pos uint64) uint64 {
+	if pos > ^uint64(0)-7 {
+		return ^uint64(0)
+	}
+	return (pos + 7) &^ 7
+}
+
+// preamble is the fixed start of a message.
+type preamble struct {
+	version, flags uint16
+	total          uint64
+}
+
+func parsePreamble(b []byte) preamble {
+	return preamble{
+		version: binary.BigEndian.Uint16(b[8:10]),
+		flags:   binary.BigEndian.Uint16(b[10:12]),
+		total:   binary.BigEndian.Uint64(b[16:24]),
+	}
+}
+
+// delimit returns the length of the message whose preamble is at start, or
+// a reason why no message can be delimited there (specs §9.1, §9.2).
+func (f *file) delimit(start uint64, pre preamble) (length uint64, reason string, err error) {
+	if pre.total != 0 {
+		switch {
+		case pre.total < minMessage:
+			return 0, fmt.Sprintf("declared length %d is below the %d-byte minimum", pre.total, minMessage), nil
+		case pre.total > f.size-start:
+			return 0, fmt.Sprintf("declared length %d runs past the end of the file (%d bytes left)", pre.total, f.size-start), nil
+		}
+		end, err := f.read(start+pre.total-8, 8)
+		if err != nil {
+			return 0, "", err
+		}
+		if string(end) != endMagic {
+			return 0, fmt.Sprintf("no end magic at its declared length %d", pre.total), nil
+		}
+		return pre.total, "", nil
+	}
+	// Streaming message: walk the frames to the postamble, which payload
+	// bytes cannot fool the way a search for the end magic can.
+	pos := start + preambleSize
+	for {
+		if f.size-pos < 2 {
+			return 0, "it ends before its postamble (cut off while being written?)", nil
+		}
+		marker, err := f.read(pos, 2)
+		if err != nil {
+			return 0, "", err
+		}
+		if string(marker) == frameMarker {
+			if f.size-pos < frameHeader {
+				return 0, "a frame header is cut off by the end of the file", nil
+			}
+			flen, err := f.u64(pos + 8)
+			if err != nil {
+				return 0, "", err
+			}
+			if flen < 28 || flen > f.size-pos {
+				return 0, fmt.Sprintf("the frame at offset %d has an impossible length %d", pos, flen), nil
+			}
+			pos = start + align8(pos+flen-start)
+			if pos > f.size {
+				return 0, "it ends before its postamble (cut off while being written?)", nil
+			}
+			continue
+		}
+		if f.size-pos < postambleSize {
+			return 0, "it ends before its postamble (cut off while being written?)", nil
+		}
+		post, err := f.read(pos, postambleSize)
+		if err != nil {
+			return 0, "", err
+		}
+		length := pos + postambleSize - start
+		firstFooter := binary.BigEndian.Uint64(post[0:8])
+		total := binary.BigEndian.Uint64(post[8:16])
+		switch {
+		case string(post[16:]) != endMagic:
+			return 0, fmt.Sprintf("offset %d holds neither a frame nor the postamble", pos), nil
+		case total != 0 && total != length:
+			return 0, fmt.Sprintf("postamble length %d disagrees with the walked length %d", total, length), nil
+		case firstFooter < preambleSize || firstFooter > pos-start:
+			return 0, fmt.Sprintf("postamble first-footer offset %d is out of range", firstFooter), nil
+		}
+		return length, "", nil
+	}
+}
+
+// walk returns the frames of the message [start, start+length), checking
+// their framing. Bytes between frames that do not start a frame are skipped
+// as upstream readers skip them; skipped reports how many were not zero.
+func (f *file) walk(start, length uint64) (frames []frame, skipped uint64, err error) {
+	end := start + length - postambleSize
+	pos := start + preambleSize
+	for pos < end {
+		head, err := f.read(pos, min(frameHeader, end-pos))
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(head) < frameHeader || string(head[:2]) != frameMarker {
+			next, err := f.find(frameMarker, pos+1, end)
+			if err != nil {
+				return nil, 0, err
+			}
+			gap, err := f.read(pos, next-pos)
+			if err != nil {
+				return nil, 0, err
+			}
+			for _, c := range gap {
+				if c != 0 {
+					skipped++
+				}
+			}
+			pos = next
+			continue
+		}
+		fr := frame{
+			typ:   binary.BigEndian.Uint16(head[2:4]),
+			flags: binary.BigEndian.Uint16(head[6:8]),
+			off:   pos,
+			len:   binary.BigEndian.Uint64(head[8:16]),
+		}
+		if fr.typ == 0 || fr.typ == typeV2Data || fr.typ > typeData {
+			what := fmt.Sprintf("unknown frame type %d", fr.typ)
+			if fr.typ == typeV2Data {
+				what = "frame type 4 (the obsolete v2 data frame)"
+			}
+			return nil, 0, fmt.Errorf("%s at offset %d", what, pos)
+		}
+		minLen := frameHeader + fr.tail()
+		if fr.len < minLen {
+			return nil, 0, fmt.Errorf("%s frame at offset %d: length %d is below the %d-byte minimum", fr.name(), pos, fr.len, minLen)
+		}
+		if fr.len > end-pos {
+			return nil, 0, fmt.Errorf("%s frame at offset %d: length %d runs past the message's postamble", fr.name(), pos, fr.len)
+		}
+		tail, err := f.read(pos+fr.len-fr.tail(), fr.tail())
+		if err != nil {
+			return nil, 0, err
+		}
+		if string(tail[len(tail)-4:]) != frameEnd {
+			return nil, 0, fmt.Errorf("%s frame at offset %d: no ENDF marker at its end", fr.name(), pos)
+		}
+		fr.hash = binary.BigEndian.Uint64(tail[len(tail)-12:])
+		if fr.typ == typeData {
+			fr.cborOffset = binary.BigEndian.Uint64(tail[:8])
+		}
+		frames = append(frames, fr)
+		pos = start + align8(pos+fr.len-start)
+	}
+	return frames, skipped, nil
+}

@@ -1,0 +1,463 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/bitmask"
+	"github.com/ztfs/ztfs/internal/codec/lz4block"
+	"github.com/ztfs/ztfs/internal/codec/simplepacking"
+	"github.com/ztfs/ztfs/internal/codec/szip"
+)
+
+// maxWholeInput bounds the stored bytes a whole-object decoder (bitmask
+// codings) reads into memory at once.
+const maxWholeInput = 1 << 30
+
+// buildCodecs chains the stages of c.Codecs over the stored bytes, in order.
+func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, error) {
+	cur, curSize := stored, int64(c.Length)
+	for i, codec := range c.Codecs {
+		switch k := codec.(type) {
+		case formats.Decompress:
+			if i != 0 {
+				return nil, fmt.Errorf("%s decompression must come first, not at step %d", k.Method, i+1)
+			}
+			if k.Size > math.MaxInt64 {
+				return nil, fmt.Errorf("%s: decoded size %d is too large", k.Method, k.Size)
+			}
+			r, err := p.decompress(cur, curSize, k)
+			if err != nil {
+				return nil, err
+			}
+			cur, curSize = r, int64(k.Size)
+		case formats.Unshuffle:
+			if k.ElementSize <= 0 || curSize%int64(k.ElementSize) != 0 {
+				return nil, fmt.Errorf("shuffle: %d bytes are not whole %d-byte elements", curSize, k.ElementSize)
+			}
+			cur = &unshuffled{in: cur, size: curSize, elemSize: int64(k.ElementSize)}
+		case formats.SimpleUnpack:
+			r, size, err := unpacker(cur, curSize, k)
+			if err != nil {
+				return nil, err
+			}
+			cur, curSize = r, size
+		case formats.BitmaskDecode:
+			out := bitmask.PackedLen(k.Count)
+			if out > maxWholeInput {
+				return nil, fmt.Errorf("bitmask of %d elements is too large to decode", k.Count)
+			}
+			decode := func(in []byte) ([]byte, error) {
+				if k.Prefixed {
+					return bitmask.DecodeCompressed(k.Method, in, k.Count, int(out))
+				}
+				return bitmask.DecodeMask(k.Method, in, k.Count, int(out))
+			}
+			w := &whole{in: cur, inSize: curSize, total: int64(out), blockSize: p.opts.BlockSize, decode: decode, what: "bitmask " + k.Method}
+			w.out = newCached(p.opts.Cache, p.opts.BlockSize, w)
+			cur, curSize = w.out, int64(out)
+		default:
+			return nil, fmt.Errorf("unknown decoding step %T", codec)
+		}
+	}
+	return cur, nil
+}
+
+// decompress returns the stage that inflates in with method k.
+func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress) (Reader, error) {
+	size := int64(k.Size)
+	switch k.Method {
+	case "zstd":
+		z := newZstdStream(in, inSize, size, k.Size, p.opts.BlockSize, p.pool)
+		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
+		return z.out, nil
+	case "lz4":
+		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "lz4",
+			open: func(int64) (io.Reader, int64) {
+				return lz4block.NewReader(io.NewSectionReader(readerAtFunc(in.ReadAt), 0, inSize), size), 0
+			}}
+		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
+		return s.out, nil
+	case "szip":
+		if k.Szip == nil {
+			return nil, errors.New("szip: no parameters")
+		}
+		params := szip.Params{BitsPerSample: k.Szip.BitsPerSample, BlockSize: k.Szip.BlockSize, RSI: k.Szip.RSI, Flags: k.Szip.Flags}
+		if err := params.Validate(); err != nil {
+			return nil, err
+		}
+		if size%int64(params.SampleBytes()) != 0 {
+			return nil, fmt.Errorf("szip: %d decoded bytes are not whole %d-byte samples", size, params.SampleBytes())
+		}
+		rsiBytes := params.RSIBytes()
+		offsets := usableRSIOffsets(k.Szip.BlockOffsets, size, rsiBytes, inSize)
+		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "szip",
+			open: func(at int64) (io.Reader, int64) {
+				var bit uint64
+				var start int64
+				if offsets != nil {
+					rsi := at / rsiBytes
+					bit, start = offsets[rsi], rsi*rsiBytes
+				}
+				src := io.NewSectionReader(readerAtFunc(in.ReadAt), int64(bit/8), inSize-int64(bit/8))
+				return szip.NewReaderAt(src, int(bit%8), params, size-start), start
+			}}
+		if offsets != nil {
+			s.startOf = func(at int64) int64 { return at / rsiBytes * rsiBytes }
+		}
+		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
+		return s.out, nil
+	}
+	return nil, fmt.Errorf("compression %q is not supported", k.Method)
+}
+
+// usableRSIOffsets returns the recorded bit offsets of each szip reference
+// sample interval when they are consistent with the stream (one per RSI,
+// starting at 0, increasing, inside it), else nil: reads then decode from
+// the start of the stream, which is slower but needs no trust in them.
+func usableRSIOffsets(offsets []uint64, size, rsiBytes, inSize int64) []uint64 {
+	if rsiBytes <= 0 || int64(len(offsets)) != (size+rsiBytes-1)/rsiBytes || len(offsets) == 0 || offsets[0] != 0 {
+		return nil
+	}
+	for i := 1; i < len(offsets); i++ {
+		if offsets[i] <= offsets[i-1] || offsets[i]/8 >= uint64(inSize) {
+			return nil
+		}
+	}
+	return offsets
+}
+
+// sequential decodes a stream that can only be read forwards from a few
+// starting points (the start of an lz4 block, the start of any szip RSI)
+// block by block. It keeps its decoder where the last decode stopped, so
+// sequential reads cost one pass; a read behind it restarts from the
+// nearest starting point before the block it needs.
+type sequential struct {
+	total     int64
+	blockSize int64
+	what      string
+	out       *cached
+	// open returns a decoder whose first byte is decoded byte start,
+	// the latest starting point at or before at; startOf says where that
+	// is without opening one (nil: the stream's start is the only one).
+	open    func(at int64) (dec io.Reader, start int64)
+	startOf func(at int64) int64
+
+	mu  sync.Mutex
+	dec io.Reader // nil when no decode is under way
+	pos int64     // decoded offset dec yields next
+}
+
+func (s *sequential) size() (int64, error) { return s.total, nil }
+
+func (s *sequential) block(k int64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b, ok := s.out.cache.Peek(s.out.key(k)); ok {
+		return b, nil
+	}
+	target := k * s.blockSize
+	if k < 0 || target >= s.total {
+		return nil, fmt.Errorf("%s block %d out of range", s.what, k)
+	}
+	if s.dec == nil || s.pos > target || (s.startOf != nil && s.startOf(target) > s.pos) {
+		s.dec, s.pos = s.open(target)
+	}
+	for {
+		n := min(s.blockSize, s.total-s.pos)
+		// Decode into whole blocks when the decoder stands on a block
+		// boundary, so that the blocks on the way are cached too.
+		aligned := s.pos%s.blockSize == 0
+		if !aligned {
+			n = min(n, s.blockSize-s.pos%s.blockSize)
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(s.dec, buf); err != nil {
+			s.dec = nil
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("%s: at decoded byte %d: %w", s.what, s.pos, err)
+		}
+		index := s.pos / s.blockSize
+		s.pos += n
+		if s.pos == s.total {
+			err := expectEOF(s.dec)
+			s.dec = nil
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.what, err)
+			}
+		}
+		if !aligned {
+			continue // the tail of a block before the one wanted
+		}
+		if index == k {
+			return buf, nil
+		}
+		s.out.cache.Put(s.out.key(index), buf)
+	}
+}
+
+// expectEOF checks that a decoder has nothing after the declared size.
+func expectEOF(r io.Reader) error {
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	switch {
+	case n > 0:
+		return errors.New("stream decodes to more bytes than the declared size")
+	case errors.Is(err, io.EOF):
+		return nil
+	}
+	return err
+}
+
+// whole decodes a stream that has no block structure in one piece, and
+// lends the result to the cache block by block.
+type whole struct {
+	in        Reader
+	inSize    int64
+	total     int64
+	blockSize int64
+	decode    func([]byte) ([]byte, error)
+	what      string
+	out       *cached
+
+	mu sync.Mutex // one whole decode at a time
+}
+
+func (w *whole) size() (int64, error) { return w.total, nil }
+
+func (w *whole) block(k int64) ([]byte, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b, ok := w.out.cache.Peek(w.out.key(k)); ok {
+		return b, nil
+	}
+	if w.inSize > maxWholeInput {
+		return nil, fmt.Errorf("%s: %d stored bytes exceed the %d-byte limit of a whole decode", w.what, w.inSize, maxWholeInput)
+	}
+	in := make([]byte, w.inSize)
+	if err := readFull(w.in, in, 0); err != nil {
+		return nil, err
+	}
+	all, err := w.decode(in)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(all)) != w.total {
+		return nil, fmt.Errorf("%s: decoded %d bytes, expected %d", w.what, len(all), w.total)
+	}
+	var want []byte
+	for i := int64(0); i*w.blockSize < w.total; i++ {
+		b := all[i*w.blockSize : min(w.total, (i+1)*w.blockSize)]
+		if i == k {
+			want = b
+		} else {
+			w.out.cache.Put(w.out.key(i), b)
+		}
+	}
+	if want == nil {
+		return nil, fmt.Errorf("%s block %d out of range", w.what, k)
+	}
+	return want, nil
+}
+
+// unpacker returns the simple_packing stage over the packed values in.
+func unpacker(in Reader, inSize int64, k formats.SimpleUnpack) (Reader, int64, error) {
+	params := simplepacking.Params{Reference: k.Reference, BinaryScale: k.BinaryScale, DecimalScale: k.DecimalScale, Bits: k.Bits}
+	if err := params.Validate(); err != nil {
+		return nil, 0, err
+	}
+	if k.Count > math.MaxInt64/8 {
+		return nil, 0, fmt.Errorf("simple_packing: %d values are too many", k.Count)
+	}
+	size := int64(k.Count) * 8
+	if k.Bits == 0 {
+		// Every value is the reference value; nothing is stored.
+		var value [8]byte
+		if err := params.DecodeTo(value[:], nil, 0); err != nil {
+			return nil, 0, err
+		}
+		return &repeated{unit: value[:], size: size}, size, nil
+	}
+	packed, err := simplepacking.PackedSize(k.Count, k.Bits)
+	if err != nil {
+		return nil, 0, err
+	}
+	if uint64(inSize) < packed {
+		return nil, 0, fmt.Errorf("simple_packing: %d values of %d bits need %d bytes, the stream has %d", k.Count, k.Bits, packed, inSize)
+	}
+	convert := func(dst, src []byte, n int) {
+		// Sizes were checked above and src starts on the first value's
+		// first bit, so DecodeTo cannot fail here.
+		_ = params.DecodeTo(dst[:8*n], src, 0)
+	}
+	return newElementwise(in, k.Bits, 8, int64(k.Count), convert), size, nil
+}
+
+// repeated is a stream of one unit repeated to size bytes.
+type repeated struct {
+	unit []byte
+	size int64
+}
+
+func (r *repeated) Size() (int64, error) { return r.size, nil }
+
+func (r *repeated) ReadAt(p []byte, off int64) (int, error) {
+	n, eof := clamp(p, off, r.size)
+	u := int64(len(r.unit))
+	for i := 0; i < n; {
+		at := (off + int64(i)) % u
+		i += copy(p[i:n], r.unit[at:])
+	}
+	return n, eof
+}
+
+// unshuffled reverses an HDF5-style byte shuffle: the stream below holds
+// byte plane b of all N elements at [b·N, (b+1)·N). Each read gathers its
+// elements' bytes from every plane, so any range costs only its own bytes.
+type unshuffled struct {
+	in       Reader
+	size     int64
+	elemSize int64
+}
+
+// unshuffleChunk bounds the bytes gathered per step of a read.
+const unshuffleChunk = 256 << 10
+
+func (u *unshuffled) Size() (int64, error) { return u.size, nil }
+
+func (u *unshuffled) ReadAt(p []byte, off int64) (int, error) {
+	n, eof := clamp(p, off, u.size)
+	if n == 0 {
+		return 0, eof
+	}
+	s := u.elemSize
+	count := u.size / s
+	perChunk := max(1, unshuffleChunk/s)
+	var gathered, out []byte
+	for e := off / s; e*s < off+int64(n); e += perChunk {
+		m := min(perChunk, count-e)
+		if need := int(m * s); cap(gathered) < need {
+			gathered, out = make([]byte, need), make([]byte, need)
+		}
+		g, o := gathered[:m*s], out[:m*s]
+		for b := int64(0); b < s; b++ {
+			if err := readFull(u.in, g[b*m:(b+1)*m], b*count+e); err != nil {
+				return 0, err
+			}
+		}
+		for i := int64(0); i < m; i++ {
+			for b := int64(0); b < s; b++ {
+				o[i*s+b] = g[b*m+i]
+			}
+		}
+		lo, hi := max(off, e*s), min(off+int64(n), (e+m)*s)
+		copy(p[lo-off:hi-off], o[lo-e*s:hi-e*s])
+	}
+	return n, eof
+}
+
+// masked writes the canonical NaN and ±Inf patterns over the elements that
+// a file's masks mark, after every other stage (Tensogram §13.3).
+type masked struct {
+	in    Reader
+	width int64      // bytes per element
+	fills []maskFill // applied in order, so later fills win
+}
+
+type maskFill struct {
+	bits    Reader // the packed mask, most significant bit first
+	pattern []byte // one whole element
+}
+
+// maskPatterns gives the little-endian NaN, +Inf and −Inf patterns of one
+// scalar of each float dtype.
+var maskPatterns = map[formats.DType][3][]byte{
+	formats.F64:        {le64(0x7FF8000000000000), le64(0x7FF0000000000000), le64(0xFFF0000000000000)},
+	formats.Complex128: {le64(0x7FF8000000000000), le64(0x7FF0000000000000), le64(0xFFF0000000000000)},
+	formats.F32:        {le32(0x7FC00000), le32(0x7F800000), le32(0xFF800000)},
+	formats.Complex64:  {le32(0x7FC00000), le32(0x7F800000), le32(0xFF800000)},
+	formats.F16:        {le16(0x7E00), le16(0x7C00), le16(0xFC00)},
+	formats.BF16:       {le16(0x7FC0), le16(0x7F80), le16(0xFF80)},
+}
+
+func le64(v uint64) []byte {
+	return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24), byte(v >> 32), byte(v >> 40), byte(v >> 48), byte(v >> 56)}
+}
+func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
+func le16(v uint16) []byte { return []byte{byte(v), byte(v >> 8)} }
+
+// buildMasks returns the stage applying m to the decoded elements of c.
+func (p *Pipeline) buildMasks(decoded Reader, c *formats.Component, m *formats.Masks) (Reader, error) {
+	patterns, ok := maskPatterns[c.DType]
+	if !ok {
+		return nil, fmt.Errorf("NaN/Inf masks on dtype %s", c.DType)
+	}
+	info, _ := c.DType.Info()
+	width := int64(info.Bits / 8)
+	if c.Size >= 0 && uint64(c.Size) != m.Count*uint64(width) {
+		return nil, fmt.Errorf("masks of %d elements for %d decoded bytes of %s", m.Count, c.Size, c.DType)
+	}
+	st := &masked{in: decoded, width: width}
+	// −Inf first and NaN last: an element in several masks gets the
+	// pattern of the mask writers check first (NaN, then +Inf, then −Inf).
+	for i, blob := range []*formats.MaskBlob{m.NegInf, m.PosInf, m.NaN} {
+		if blob == nil {
+			continue
+		}
+		mask := &formats.Component{Offset: blob.Offset, Length: blob.Length}
+		if blob.Offset > uint64(p.src.Size()) || blob.Length > uint64(p.src.Size())-blob.Offset {
+			return nil, fmt.Errorf("mask blob [%d, +%d) lies outside the source", blob.Offset, blob.Length)
+		}
+		stored := Reader(&region{src: p.src, off: int64(mask.Offset), len: int64(mask.Length)})
+		mask.Codecs = []formats.Codec{formats.BitmaskDecode{Method: blob.Method, Count: m.Count}}
+		bits, err := p.buildCodecs(stored, mask)
+		if err != nil {
+			return nil, fmt.Errorf("mask: %w", err)
+		}
+		pattern := patterns[2-i]
+		if info.Kind == formats.KindComplex {
+			pattern = append(append([]byte(nil), pattern...), pattern...)
+		}
+		st.fills = append(st.fills, maskFill{bits: bits, pattern: pattern})
+	}
+	return st, nil
+}
+
+func (m *masked) Size() (int64, error) { return m.in.Size() }
+
+func (m *masked) ReadAt(p []byte, off int64) (int, error) {
+	n, err := m.in.ReadAt(p, off)
+	if n == 0 {
+		return n, err
+	}
+	first, end := off/m.width, (off+int64(n)+m.width-1)/m.width
+	packed := make([]byte, (end+7)/8-first/8)
+	for _, f := range m.fills {
+		if err := readFull(f.bits, packed, first/8); err != nil {
+			return 0, fmt.Errorf("mask: %w", err)
+		}
+		for i, b := range packed {
+			if b == 0 {
+				continue
+			}
+			for bit := 0; bit < 8; bit++ {
+				if b&(0x80>>bit) == 0 {
+					continue
+				}
+				e := (first/8+int64(i))*8 + int64(bit)
+				if e < first || e >= end {
+					continue
+				}
+				lo, hi := max(off, e*m.width), min(off+int64(n), (e+1)*m.width)
+				copy(p[lo-off:hi-off], f.pattern[lo-e*m.width:])
+			}
+		}
+	}
+	return n, err
+}
