@@ -76,6 +76,10 @@ func TestNumPyReadsTheMount(t *testing.T) {
 		"safetensors/pr84_samples/overall.safetensors",
 		"safetensors/kv_cache/kv_tinyllama_2layers_seq3_f32.safetensors",
 		"safetensors/extra/probe_name_with_slash_and_unicode.safetensors",
+		"tensogram/golden_v0.24.0/multi_object.tgm",
+		"tensogram/golden_v0.17.0/mars_metadata.tgm",
+		"tensogram/metadata_parity/metadata_parity.tgm",
+		"tensogram/remote_parity/streaming-tail.tgm",
 	}
 	expected := map[string]fixtures.File{}
 	for _, fx := range fixtures.All() {

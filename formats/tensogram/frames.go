@@ -81,6 +81,22 @@ func (f *frame) name() string {
 type file struct {
 	r    io.ReaderAt
 	size uint64
+	// chains remembers where the frame chains of streaming messages end
+	// (see frameChainEnd).
+	chains map[walkPos]chainEnd
+	// scan is the chunk find read last, from scanOff.
+	scan    []byte
+	scanOff uint64
+}
+
+// walkPos is a frame position and its phase on the 8-byte padding grid of
+// the message being walked.
+type walkPos struct{ pos, phase uint64 }
+
+// chainEnd is where a chain of frames ends, or why it breaks.
+type chainEnd struct {
+	pos    uint64
+	reason string
 }
 
 // read returns exactly n bytes at off; n is checked against the file size
@@ -112,21 +128,35 @@ func (f *file) u64(off uint64) (uint64, error) {
 const scanChunk = 1 << 20
 
 // find returns the offset of the first occurrence of pat in [from, limit),
-// or limit when there is none.
+// or limit when there is none. The scan keeps the chunk it last read:
+// repeated searches from nearby offsets (one per rejected preamble) would
+// otherwise read a whole chunk each.
 func (f *file) find(pat string, from, limit uint64) (uint64, error) {
 	limit = min(limit, f.size)
 	for from < limit {
-		n := min(scanChunk, limit-from)
-		// Overlap chunks so that a pattern across their border is found.
-		readN := min(n+uint64(len(pat))-1, f.size-from)
-		b, err := f.read(from, readN)
-		if err != nil {
-			return 0, err
+		if from < f.scanOff || from >= f.scanOff+uint64(len(f.scan)) || f.scan == nil {
+			// Overlap chunks so that a pattern across their border is found.
+			n := min(scanChunk+uint64(len(pat))-1, f.size-from)
+			b, err := f.read(from, n)
+			if err != nil {
+				return 0, err
+			}
+			f.scan, f.scanOff = b, from
 		}
-		if i := bytes.Index(b, []byte(pat)); i >= 0 && uint64(i) < n {
+		window := f.scan[from-f.scanOff:]
+		searchable := uint64(len(window))
+		if f.scanOff+uint64(len(f.scan)) < f.size {
+			// The last len(pat)-1 bytes are searched with the next chunk.
+			searchable -= uint64(len(pat)) - 1
+		}
+		searchable = min(searchable, limit-from)
+		if i := bytes.Index(window[:min(uint64(len(window)), searchable+uint64(len(pat))-1)], []byte(pat)); i >= 0 && uint64(i) < searchable {
 			return from + uint64(i), nil
 		}
-		from += n
+		from += searchable
+		if searchable == 0 {
+			f.scan = nil // force a fresh chunk at from
+		}
 	}
 	return limit, nil
 }
@@ -174,51 +204,79 @@ func (f *file) delimit(start uint64, pre preamble) (length uint64, reason string
 	}
 	// Streaming message: walk the frames to the postamble, which payload
 	// bytes cannot fool the way a search for the end magic can.
+	end, reason, err := f.frameChainEnd(start)
+	if err != nil || reason != "" {
+		return 0, reason, err
+	}
+	if f.size-end < postambleSize {
+		return 0, "it ends before its postamble (cut off while being written?)", nil
+	}
+	post, err := f.read(end, postambleSize)
+	if err != nil {
+		return 0, "", err
+	}
+	length = end + postambleSize - start
+	firstFooter := binary.BigEndian.Uint64(post[0:8])
+	total := binary.BigEndian.Uint64(post[8:16])
+	switch {
+	case string(post[16:]) != endMagic:
+		return 0, fmt.Sprintf("offset %d holds neither a frame nor the postamble", end), nil
+	case total != 0 && total != length:
+		return 0, fmt.Sprintf("postamble length %d disagrees with the walked length %d", total, length), nil
+	case firstFooter < preambleSize || firstFooter > end-start:
+		return 0, fmt.Sprintf("postamble first-footer offset %d is out of range", firstFooter), nil
+	}
+	return length, "", nil
+}
+
+// frameChainEnd follows the frames after the preamble at start to the
+// first position that does not start a frame, or says why the chain
+// breaks. Where a chain goes depends only on the position and its phase on
+// the message's 8-byte grid, so every walked position is remembered:
+// preambles inside frame bodies of a hostile file would otherwise walk the
+// same chain again each, quadratic in the file size.
+func (f *file) frameChainEnd(start uint64) (end uint64, reason string, err error) {
+	if f.chains == nil {
+		f.chains = make(map[walkPos]chainEnd)
+	}
+	var visited []walkPos
+	remember := func(e chainEnd) (uint64, string, error) {
+		for _, v := range visited {
+			f.chains[v] = e
+		}
+		return e.pos, e.reason, nil
+	}
 	pos := start + preambleSize
 	for {
+		at := walkPos{pos, (pos - start) % 8}
+		if e, ok := f.chains[at]; ok {
+			return remember(e)
+		}
+		visited = append(visited, at)
 		if f.size-pos < 2 {
-			return 0, "it ends before its postamble (cut off while being written?)", nil
+			return remember(chainEnd{reason: "it ends before its postamble (cut off while being written?)"})
 		}
 		marker, err := f.read(pos, 2)
 		if err != nil {
 			return 0, "", err
 		}
-		if string(marker) == frameMarker {
-			if f.size-pos < frameHeader {
-				return 0, "a frame header is cut off by the end of the file", nil
-			}
-			flen, err := f.u64(pos + 8)
-			if err != nil {
-				return 0, "", err
-			}
-			if flen < 28 || flen > f.size-pos {
-				return 0, fmt.Sprintf("the frame at offset %d has an impossible length %d", pos, flen), nil
-			}
-			pos = start + align8(pos+flen-start)
-			if pos > f.size {
-				return 0, "it ends before its postamble (cut off while being written?)", nil
-			}
-			continue
+		if string(marker) != frameMarker {
+			return remember(chainEnd{pos: pos})
 		}
-		if f.size-pos < postambleSize {
-			return 0, "it ends before its postamble (cut off while being written?)", nil
+		if f.size-pos < frameHeader {
+			return remember(chainEnd{reason: "a frame header is cut off by the end of the file"})
 		}
-		post, err := f.read(pos, postambleSize)
+		flen, err := f.u64(pos + 8)
 		if err != nil {
 			return 0, "", err
 		}
-		length := pos + postambleSize - start
-		firstFooter := binary.BigEndian.Uint64(post[0:8])
-		total := binary.BigEndian.Uint64(post[8:16])
-		switch {
-		case string(post[16:]) != endMagic:
-			return 0, fmt.Sprintf("offset %d holds neither a frame nor the postamble", pos), nil
-		case total != 0 && total != length:
-			return 0, fmt.Sprintf("postamble length %d disagrees with the walked length %d", total, length), nil
-		case firstFooter < preambleSize || firstFooter > pos-start:
-			return 0, fmt.Sprintf("postamble first-footer offset %d is out of range", firstFooter), nil
+		if flen < 28 || flen > f.size-pos {
+			return remember(chainEnd{reason: fmt.Sprintf("the frame at offset %d has an impossible length %d", pos, flen)})
 		}
-		return length, "", nil
+		pos = start + align8(pos+flen-start)
+		if pos > f.size {
+			return remember(chainEnd{reason: "it ends before its postamble (cut off while being written?)"})
+		}
 	}
 }
 

@@ -15,13 +15,13 @@ import (
 // accepts.
 var decMode = func() cbor.DecMode {
 	dm, err := cbor.DecOptions{
-		MaxNestedLevels:       256,
-		IndefLength:           cbor.IndefLengthAllowed,
-		MaxArrayElements:      1 << 27,
-		MaxMapPairs:           1 << 27,
-		BigIntDec:             cbor.BigIntDecodePointer,
-		UnrecognizedTagToAny:  cbor.UnrecognizedTagContentToAny,
-		DupMapKey:             cbor.DupMapKeyQuiet,
+		MaxNestedLevels:      256,
+		IndefLength:          cbor.IndefLengthAllowed,
+		MaxArrayElements:     1 << 27,
+		MaxMapPairs:          1 << 27,
+		BigIntDec:            cbor.BigIntDecodePointer,
+		UnrecognizedTagToAny: cbor.UnrecognizedTagContentToAny,
+		DupMapKey:            cbor.DupMapKeyQuiet,
 	}.DecMode()
 	if err != nil {
 		panic(err)

@@ -49,7 +49,8 @@ func resolve(m map[string]any, path string) (any, bool) {
 }
 
 // dedupe gives repeated names upstream's suffixes: the second "x" becomes
-// "x_1", the third "x_2". Where a suffixed name is already taken by a real
+// "x_1", the third "x_2"; an object named like the message's metadata file
+// is suffixed as if that file came first. Where a suffixed name is already taken by a real
 // name, the counter goes on until a free one (upstream does not check; a
 // mount cannot have two entries with one name).
 func dedupe(names []string) []string {
@@ -58,6 +59,9 @@ func dedupe(names []string) []string {
 		taken[n] = true
 	}
 	seen := make(map[string]int, len(names))
+	// The message's metadata.json shares the directory with its objects.
+	seen[metadataFileName] = 1
+	taken[metadataFileName] = true
 	out := make([]string, len(names))
 	for i, n := range names {
 		count := seen[n]
@@ -215,3 +219,7 @@ func pad2(n int) string {
 	}
 	return strconv.Itoa(n)
 }
+
+// metadataFileName is the name of each message's metadata file, in the
+// message's directory beside its objects.
+const metadataFileName = "metadata.json"

@@ -18,6 +18,10 @@ import (
 // recognised (detection looks at the start only).
 func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(magic)) }
 
+// maxPreambleWarnings bounds the warnings about skipped preambles, of which
+// a hostile file can have one every few bytes.
+const maxPreambleWarnings = 10
+
 // Open parses every message of a Tensogram file of the given size. It reads
 // frame headers, tails and CBOR, never payload bytes. Errors do not name the
 // file; they name the message and object.
@@ -30,6 +34,7 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	var messages []any
 	var skipped []any
 	otherVersion := -1
+	skippedPreambles := 0
 	skip := func(off, n uint64, why string) {
 		if n == 0 {
 			return
@@ -62,7 +67,9 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 		if reason != "" {
 			// Not a message: upstream moves on by one byte, and so do we,
 			// but say why the bytes were left out.
-			c.Warnings = append(c.Warnings, fmt.Sprintf("a message preamble at offset %d was skipped: %s", at, reason))
+			if skippedPreambles++; skippedPreambles <= maxPreambleWarnings {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("a message preamble at offset %d was skipped: %s", at, reason))
+			}
 			pos = at + 1
 			continue
 		}
@@ -80,6 +87,9 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 		gapStart = pos
 	}
 	skip(gapStart, f.size-gapStart, "bytes outside any message")
+	if skippedPreambles > maxPreambleWarnings {
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%d more message preambles were skipped", skippedPreambles-maxPreambleWarnings))
+	}
 	if len(messages) == 0 {
 		if otherVersion >= 0 {
 			return nil, fmt.Errorf("unsupported Tensogram wire version %d (ztfs reads version 3)", otherVersion)
@@ -417,7 +427,7 @@ func (m *message) metadataFile() *formats.File {
 		// cborjson values always marshal; keep the error visible if not.
 		b = []byte(fmt.Sprintf("{\"error\": %q}", err.Error()))
 	}
-	return &formats.File{Name: "metadata.json", Dir: []string{"tensors", strconv.Itoa(m.index)}, Content: append(b, '\n')}
+	return &formats.File{Name: metadataFileName, Dir: []string{"tensors", strconv.Itoa(m.index)}, Content: append(b, '\n')}
 }
 
 func beUint64(b []byte) uint64 {
