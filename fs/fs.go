@@ -6,6 +6,7 @@ package fs
 
 import (
 	"context"
+	"os"
 	"syscall"
 	"time"
 
@@ -140,6 +141,23 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 	return nil, fuse.FOPEN_KEEP_CACHE, 0
 }
 
+// spliceFits reports whether go-fuse's splice of n bytes at file offset off
+// fits the pipe it sets up. go-fuse sizes the pipe in bytes (reply header +
+// data + one page), but a pipe holds one page per slot, the header takes a
+// slot, and an unaligned range touches one page more than its length needs:
+// a splice that runs out of slots comes back short, which go-fuse then
+// reports to the kernel as end of file. Such reads take the copying path.
+func spliceFits(off, n int64) bool {
+	const header = 16 // fuse_out_header
+	page := int64(os.Getpagesize())
+	touched := (off%page + n + page - 1) / page
+	slots := int64(1)
+	for want := (n + header + page + page - 1) / page; slots < want; {
+		slots *= 2 // the kernel rounds pipe sizes up to a power of two pages
+	}
+	return touched+1 <= slots
+}
+
 func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	// Blocks decoded before a change would still be consistent, but the
 	// rule is simple: once the source changed, nothing is served.
@@ -160,7 +178,7 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	n := min(int64(len(dest)), size-off)
 	if spanner, ok := r.(pipeline.FileSpanner); ok {
-		if fd, fileOff, ok := spanner.FileSpan(off, n); ok {
+		if fd, fileOff, ok := spanner.FileSpan(off, n); ok && spliceFits(fileOff, n) {
 			return fuse.ReadResultFd(fd, fileOff, int(n)), 0
 		}
 	}
