@@ -8,9 +8,13 @@
 #      stream in-process with the same library on one core;
 #   3. the time to mount a file of 10,000 tensors;
 #   4. the server's peak RSS while reading a zstd component several times
-#      larger than the cache, against the cache size.
+#      larger than the cache, against the cache size;
+#   5. a Tensogram float64 field (TGM_SIZE, default 256MiB) coded with zstd,
+#      lz4, simple_packing 16 bits and simple_packing + szip, read through
+#      the mount, against decoding the same payload in-process on one core
+#      (whole-buffer decodes with the fastest library at hand).
 #
-# Usage: scripts/bench.sh           SIZE=1GiB sets the component size,
+# Usage: scripts/bench.sh           SIZE=1GiB sets the component size, TGM_SIZE=256MiB the field,
 #                                   WORK=dir where the files go (default /var/tmp)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,6 +88,22 @@ for i in 1 2; do cat "$mnt/tensors/big/data" >/dev/null; done
 hwm=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$pid/status")
 bin/ztfs unmount "$mnt"
 row "server peak RSS reading the $size zstd component twice" "cache ${cache} MiB" "${hwm} MiB" "$(ratio "$hwm" "$cache")x the cache"
+
+# 5. Tensogram codecs, sequential, against the in-process decode.
+tgm_size=${TGM_SIZE:-256MiB}
+for codec in zstd lz4 sp16 sp16-szip; do
+  file=$work/field-$codec.tgm
+  bin/ztgen tgm "$file" "$tgm_size" "$codec"
+  cat "$file" >/dev/null
+  read -r inproc decoded < <(bin/ztgen tgmdecode "$file")
+  bin/ztfs mount "$file" "$mnt"
+  t=$(now); dd if="$mnt/tensors/0/field/data" of=/dev/null bs=1M status=none; first=$(elapsed "$t")
+  bin/ztfs unmount "$mnt"
+  label=$(case $codec in zstd) echo zstd;; lz4) echo lz4;; sp16) echo "simple_packing 16-bit";; sp16-szip) echo "simple_packing 16-bit + szip";; esac)
+  row "Tensogram $tgm_size float64 field, $label ($(ratio "$decoded" "$(stat -c %s "$file")"):1), first read" \
+    "in-process decode, one core ($(mbps "$decoded" "$inproc") MiB/s)" "$(mbps "$decoded" "$first") MiB/s" "$(ratio "$inproc" "$first")x"
+  rm -f "$file"
+done
 
 printf '\nztfs %s, %s, %d cores, %s\n\n' "$(bin/ztfs --version | cut -d' ' -f2)" "$(uname -r)" "$(nproc)" "$(date -u +%Y-%m-%d)"
 echo "| workload | baseline | ztfs | ratio |"

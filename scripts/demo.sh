@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: builds ztfs, writes a small sample model, mounts it, shows the
-# tree, reads tensors with jq and with NumPy, and unmounts.
+# tree, reads tensors with jq and with NumPy, and unmounts; then the same
+# for a bundled Tensogram file.
 # Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,19 @@ for name, t in manifest["tensors"].items():
 print("sparse mask.sparse densified:\n", np.load(os.path.join(mnt, "tensors/mask.sparse/tensor.npy")))
 PY
 
+step ztfs unmount mnt
+bin/ztfs unmount "$mnt"
+
+# A Tensogram file from ECMWF's reference writer (bundled in testdata/).
+tgm=testdata/tensogram/metadata_parity/metadata_parity.tgm
+step ztfs mount $tgm mnt
+bin/ztfs mount "$tgm" "$mnt"
+step find mnt
+(cd "$work" && find mnt | sort)
+step "jq -c '.base[] | {shortName, mars}' mnt/tensors/0/metadata.json"
+jq -c '.base[] | {shortName, mars}' "$mnt/tensors/0/metadata.json"
+step python3 -c 'numpy.load("mnt/tensors/0/2t/tensor.npy")'
+"$python" -c 'import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, a.sum())' "$mnt/tensors/0/2t/tensor.npy"
 step ztfs unmount mnt
 bin/ztfs unmount "$mnt"
 echo "done"

@@ -6,6 +6,9 @@
 //	ztgen zstd OUT SIZE         one zstd-compressed f32 tensor of SIZE decoded bytes
 //	ztgen many OUT N            N small raw tensors
 //	ztgen decode FILE TENSOR    decode TENSOR's zstd data in-process; print seconds
+//	ztgen tgm OUT SIZE CODEC    a Tensogram file, one float64 field of SIZE bytes, CODEC
+//	                            zstd, lz4, sp16 (simple_packing 16 bits) or sp16-szip
+//	ztgen tgmdecode FILE        decode the field of a tgm file in-process; print seconds
 package main
 
 import (
@@ -34,7 +37,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 2 {
-		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | many OUT N | decode FILE TENSOR")
+		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE")
 	}
 	switch cmd, out := args[0], args[1]; {
 	case cmd == "sample" && len(args) == 2:
@@ -53,6 +56,14 @@ func run(args []string) error {
 		return writeFile(out, func(w *ztensor.Writer) error { return writeMany(w, n) })
 	case cmd == "decode" && len(args) == 3:
 		return decode(args[1], args[2])
+	case cmd == "tgm" && len(args) == 4:
+		size, err := units.RAMInBytes(args[2])
+		if err != nil || size%8 != 0 {
+			return fmt.Errorf("size %q: want a multiple of 8 bytes, e.g. 256MiB", args[2])
+		}
+		return writeTensogram(out, size, args[3])
+	case cmd == "tgmdecode" && len(args) == 2:
+		return decodeTensogram(out)
 	}
 	return fmt.Errorf("unknown command line %q", args)
 }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/internal/codec/simplepacking"
+	"github.com/ztfs/ztfs/internal/codec/szip"
+)
+
+// fieldValues is a float64 field shaped like a weather variable: a smooth
+// signal with noise in its low digits, which zstd and lz4 pack a little and
+// 16-bit simple packing 4:1.
+func fieldValues(n int64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		noise := float64(splitmix64(uint64(i))>>40) / (1 << 24)
+		// Kept to 1/1024, as fields converted from GRIB are: trailing zero bits.
+		v[i] = math.Round((250+40*math.Sin(float64(i)/5000)+3*math.Sin(float64(i)/37)+noise)*1024) / 1024
+	}
+	return v
+}
+
+// writeTensogram writes one buffered, hashed message holding the field as
+// tensors/0/field.
+func writeTensogram(path string, size int64, codec string) error {
+	values := fieldValues(size / 8)
+	data := make([]byte, size)
+	for i, x := range values {
+		binary.LittleEndian.PutUint64(data[8*i:], math.Float64bits(x))
+	}
+	obj := tensogram.Object{DType: "float64", Shape: []uint64{uint64(len(values))}, Data: data,
+		Metadata: map[string]any{"name": "field"}}
+	switch codec {
+	case "zstd", "lz4":
+		obj.Compression = codec
+	case "sp16":
+		obj.Encoding, obj.Bits = "simple_packing", 16
+	case "sp16-szip":
+		obj.Encoding, obj.Bits, obj.Compression, obj.SzipBlockOffsets = "simple_packing", 16, "szip", true
+	default:
+		return fmt.Errorf("codec %q: want zstd, lz4, sp16 or sp16-szip", codec)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := tensogram.WriteMessage(f, tensogram.Message{Objects: []tensogram.Object{obj}, Hash: true}); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// decodeTensogram times decoding the field's payload in-process on one
+// core, each stage over the whole buffer with the fastest library at hand,
+// as the benchmark's baseline. It prints seconds and decoded bytes.
+func decodeTensogram(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	c, err := tensogram.Open(f, st.Size())
+	if err != nil {
+		return err
+	}
+	if len(c.Tensors) != 1 {
+		return fmt.Errorf("%s: %d tensors, want 1", path, len(c.Tensors))
+	}
+	comp := c.Tensors[0].Component("data")
+	start := time.Now()
+	buf := make([]byte, comp.Length)
+	if _, err := f.ReadAt(buf, int64(comp.Offset)); err != nil {
+		return err
+	}
+	codecs := comp.Codecs
+	if comp.Encoding == formats.Zstd && len(codecs) == 0 {
+		codecs = []formats.Codec{formats.Decompress{Method: "zstd", Size: uint64(comp.Size)}}
+	}
+	for _, step := range codecs {
+		switch k := step.(type) {
+		case formats.Decompress:
+			out := make([]byte, k.Size)
+			switch k.Method {
+			case "zstd":
+				dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+				if err != nil {
+					return err
+				}
+				out, err = dec.DecodeAll(buf, out[:0])
+				dec.Close()
+				if err != nil {
+					return err
+				}
+			case "lz4":
+				if _, err := lz4.UncompressBlock(buf[4:], out); err != nil {
+					return err
+				}
+			case "szip":
+				p := szip.Params{BitsPerSample: k.Szip.BitsPerSample, BlockSize: k.Szip.BlockSize, RSI: k.Szip.RSI, Flags: k.Szip.Flags}
+				if out, err = szip.Decode(buf, p, int64(k.Size)); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("no baseline for %s", k.Method)
+			}
+			buf = out
+		case formats.SimpleUnpack:
+			out := make([]byte, 8*k.Count)
+			p := simplepacking.Params{Reference: k.Reference, BinaryScale: k.BinaryScale, DecimalScale: k.DecimalScale, Bits: k.Bits}
+			if err := p.DecodeTo(out, buf, 0); err != nil {
+				return err
+			}
+			buf = out
+		default:
+			return fmt.Errorf("no baseline for %T", step)
+		}
+	}
+	if int64(len(buf)) != comp.Size {
+		return fmt.Errorf("decoded %d bytes, want %d", len(buf), comp.Size)
+	}
+	_, _ = io.Discard.Write(buf)
+	fmt.Printf("%.3f %d\n", time.Since(start).Seconds(), len(buf))
+	return nil
+}
