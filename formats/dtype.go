@@ -38,6 +38,9 @@ const (
 	// Bitmask packs one bool per bit, the first element in the most
 	// significant bit of the first byte (Tensogram's bitmask).
 	Bitmask DType = "bitmask"
+	// I4Offset8 packs two 4-bit codes per byte, the first in the low
+	// nibble, each stored as code + 8 (MCF's bare int4 tensors).
+	I4Offset8 DType = "i4_offset8"
 )
 
 // Kind groups element types by how their bits are read.
@@ -92,6 +95,7 @@ var dtypes = map[DType]DTypeInfo{
 	U8:         {8, KindUnsigned, 1, "|u1", 8},
 	Bool:       {8, KindBool, 1, "|b1", 8},
 	Bitmask:    {1, KindBool, 1, "|b1", 8},
+	I4Offset8:  {4, KindSigned, 1, "|i1", 8},
 }
 
 // Info returns what ztfs knows of d; ok is false for a name it does not know.
@@ -141,7 +145,7 @@ func ByteSize(n uint64, d DType) (uint64, error) {
 	if hi != 0 {
 		return 0, fmt.Errorf("%d elements of %s: byte size overflows 64 bits", n, d)
 	}
-	if lo%8 != 0 && d == Bitmask {
+	if lo%8 != 0 && (d == Bitmask || d == I4Offset8) {
 		return lo/8 + 1, nil // the last byte's unused bits are zero
 	}
 	if lo%8 != 0 {

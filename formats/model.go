@@ -142,7 +142,7 @@ type Component struct {
 type Region struct{ Offset, Length uint64 }
 
 // Codec is one decoding step of Component.Codecs. Its implementations are
-// Decompress, Unshuffle, SimpleUnpack and BitmaskDecode.
+// Decompress, Unshuffle, SimpleUnpack, BitmaskDecode and AndMask.
 type Codec interface{ codec() }
 
 // Decompress inflates a compressed stream to exactly Size bytes. Method is
@@ -188,6 +188,11 @@ type BitmaskDecode struct {
 	Count    uint64
 }
 
+// AndMask keeps only the Mask bits of every byte (MCF sub-scales hold six
+// bits; writers leave the other two zero, readers ignore them).
+type AndMask struct{ Mask byte }
+
+func (AndMask) codec()       {}
 func (Decompress) codec()    {}
 func (Unshuffle) codec()     {}
 func (SimpleUnpack) codec()  {}
@@ -221,7 +226,8 @@ type File struct {
 }
 
 // Logical describes how the logical tensor (tensor.npy) is assembled from a
-// tensor's components. Its implementations are Dense, SparseCSR and SparseCOO.
+// tensor's components. Its implementations are Dense, SparseCSR, SparseCOO
+// and BlockQuantized.
 type Logical interface{ logical() }
 
 // Dense is a row-major tensor held whole in one component: the elements of
@@ -247,9 +253,30 @@ type SparseCOO struct {
 	NNZ    Count
 }
 
-func (Dense) logical()     {}
-func (SparseCSR) logical() {}
-func (SparseCOO) logical() {}
+// BlockQuantized is a 2-D [Rows, Cols] tensor of signed Bits-bit codes in
+// blocks of BlockSize along each row (the last block of a row padded and
+// its padding dropped), dequantized to float32 as scale × code.
+//
+// The fields Scales, SuperScales, SubScales and Codes name components
+// (roles). Without super-blocks (SuperBlocks 0) each block has one
+// little-endian float16 scale in Scales. With super-blocks of SuperBlocks
+// blocks, each super-block has a float16 scale in SuperScales and each
+// block a 6-bit sub-scale u (one byte) in SubScales, and the block's scale
+// is super × u/32 (0 when either is 0). Blocks and super-blocks never cross rows; block bi = r ×
+// blocks-per-row + b, super-block r × supers-per-row + b/SuperBlocks.
+// Scales are read with subnormals flushed to zero (MCF's reference
+// decoder). Codes are packed per block, least significant bit first.
+type BlockQuantized struct {
+	Bits                                  int
+	Rows, Cols                            uint64
+	BlockSize, SuperBlocks                int
+	Scales, SuperScales, SubScales, Codes string
+}
+
+func (Dense) logical()          {}
+func (SparseCSR) logical()      {}
+func (SparseCOO) logical()      {}
+func (BlockQuantized) logical() {}
 
 // Array locates a run of elements inside a component's decoded bytes:
 // element i occupies the DType-sized bytes at Offset.At(nnz) + i×Stride.

@@ -50,6 +50,8 @@ func WidenerFor(d formats.DType) *Widener {
 		return &Widener{8, 1, normalizeBool}
 	case formats.Bitmask:
 		return &Widener{1, 1, bitmaskToBool}
+	case formats.I4Offset8:
+		return &Widener{4, 1, int4Offset8ToI8}
 	}
 	return nil
 }
@@ -60,6 +62,15 @@ func bitmaskToBool(dst, src []byte, n int) {
 	dst = dst[:n]
 	for i := range dst {
 		dst[i] = src[i>>3] >> (7 - i&7) & 1
+	}
+}
+
+// int4Offset8ToI8 turns codes stored as code + 8, two per byte, low nibble
+// first, into signed bytes.
+func int4Offset8ToI8(dst, src []byte, n int) {
+	dst = dst[:n]
+	for i := range dst {
+		dst[i] = byte(int8(src[i>>1]>>(4*(i&1))&0xF) - 8)
 	}
 }
 

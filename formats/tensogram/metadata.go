@@ -15,10 +15,12 @@ import (
 // accepts.
 var decMode = func() cbor.DecMode {
 	dm, err := cbor.DecOptions{
-		MaxNestedLevels:      256,
-		IndefLength:          cbor.IndefLengthAllowed,
-		MaxArrayElements:     1 << 27,
-		MaxMapPairs:          1 << 27,
+		MaxNestedLevels: 256,
+		IndefLength:     cbor.IndefLengthAllowed,
+		// Decoded values take tens of bytes per item: bound what one
+		// array or map can cost (real metadata holds a few keys per object).
+		MaxArrayElements:     1 << 20,
+		MaxMapPairs:          1 << 20,
 		BigIntDec:            cbor.BigIntDecodePointer,
 		UnrecognizedTagToAny: cbor.UnrecognizedTagContentToAny,
 		DupMapKey:            cbor.DupMapKeyQuiet,

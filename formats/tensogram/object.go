@@ -76,14 +76,12 @@ func readObject(f *file, fr *frame, hashed bool) (*object, error) {
 		}
 		o.payloadLen = min(o.payloadLen, m.offset)
 	}
-	// The size gate (§10 step 2): without compression or filter the payload
-	// length follows from the descriptor.
-	if o.desc.compression == "none" && o.desc.filter == "none" {
+	// The size gate (§10 step 2): without compression the payload length
+	// follows from the descriptor (a shuffle keeps the size). Invalid
+	// packing parameters are left to plan, which keeps such objects raw.
+	if d := o.desc; d.compression == "none" && (d.filter == "none" || d.filter == "shuffle") {
 		want, ok, err := o.desc.encodedSize()
-		if err != nil {
-			return nil, err
-		}
-		if ok && want != o.payloadLen {
+		if err == nil && ok && want != o.payloadLen {
 			return nil, fmt.Errorf("payload is %d bytes but %d %s elements (encoding %s) need %d",
 				o.payloadLen, o.desc.elements, o.desc.dtypeName, o.desc.encoding, want)
 		}
@@ -359,9 +357,6 @@ func (o *object) tensor(m, i int, name string, base map[string]any) (*formats.Te
 		DType:  d.dt.dtype,
 		Layout: "dense",
 	}
-	if d.encoding == "simple_packing" {
-		t.DType = formats.F64
-	}
 	meta := map[string]any{}
 	for k, v := range base {
 		if k != "_reserved_" {
@@ -404,6 +399,9 @@ func (o *object) tensor(m, i int, name string, base map[string]any) (*formats.Te
 	}
 	if err != nil {
 		return nil, err
+	}
+	if d.encoding == "simple_packing" {
+		t.DType = formats.F64 // what unpacking gives
 	}
 	size, err := d.decodedSize()
 	if err != nil {

@@ -379,8 +379,10 @@ func dialect(versionKey, perFrameHash, simplePacking, prefixed, hashesPresent bo
 		return "0.17"
 	case perFrameHash:
 		return "0.21+"
+	case simplePacking && prefixed && hashesPresent:
+		return "0.19-0.20" // 0.21+ would have flagged every hashed frame
 	case simplePacking && prefixed:
-		return "0.19-0.20"
+		return "0.19+"
 	case simplePacking:
 		return "0.18"
 	case hashesPresent:

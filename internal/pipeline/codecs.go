@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/codec/bitmask"
@@ -14,8 +15,8 @@ import (
 	"github.com/ztfs/ztfs/internal/codec/szip"
 )
 
-// maxWholeInput bounds the stored bytes a whole-object decoder (bitmask
-// codings) reads into memory at once.
+// maxWholeInput bounds the stored bytes of a run-length or Roaring coded
+// bitmask, which its index keeps in memory (the coding, never the mask).
 const maxWholeInput = 1 << 30
 
 // buildCodecs chains the stages of c.Codecs over the stored bytes, in order.
@@ -46,20 +47,19 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 				return nil, err
 			}
 			cur, curSize = r, size
-		case formats.BitmaskDecode:
-			out := bitmask.PackedLen(k.Count)
-			if out > maxWholeInput {
-				return nil, fmt.Errorf("bitmask of %d elements is too large to decode", k.Count)
-			}
-			decode := func(in []byte) ([]byte, error) {
-				if k.Prefixed {
-					return bitmask.DecodeCompressed(k.Method, in, k.Count, int(out))
+		case formats.AndMask:
+			mask := k.Mask
+			cur = newElementwise(cur, 8, 1, -1, func(dst, src []byte, n int) {
+				for i, b := range src[:n] {
+					dst[i] = b & mask
 				}
-				return bitmask.DecodeMask(k.Method, in, k.Count, int(out))
+			})
+		case formats.BitmaskDecode:
+			r, err := p.bitmaskStage(cur, curSize, k)
+			if err != nil {
+				return nil, err
 			}
-			w := &whole{in: cur, inSize: curSize, total: int64(out), blockSize: p.opts.BlockSize, decode: decode, what: "bitmask " + k.Method}
-			w.out = newCached(p.opts.Cache, p.opts.BlockSize, w)
-			cur, curSize = w.out, int64(out)
+			cur, curSize = r, int64(bitmask.PackedLen(k.Count))
 		default:
 			return nil, fmt.Errorf("unknown decoding step %T", codec)
 		}
@@ -95,19 +95,41 @@ func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress) (Re
 		}
 		rsiBytes := params.RSIBytes()
 		offsets := usableRSIOffsets(k.Szip.BlockOffsets, size, rsiBytes, inSize)
+		// The recorded offsets are hints: every decode checks each RSI
+		// boundary it crosses against them, and the first mismatch makes
+		// the stream decode from its start from then on (as upstream's
+		// whole-object decode does, which never looks at them).
+		var distrusted atomic.Bool
 		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "szip",
 			open: func(at int64) (io.Reader, int64) {
 				var bit uint64
-				var start int64
-				if offsets != nil {
-					rsi := at / rsiBytes
-					bit, start = offsets[rsi], rsi*rsiBytes
+				var first int64
+				trusted := offsets != nil && !distrusted.Load()
+				if trusted {
+					first = at / rsiBytes
+					bit = offsets[first]
 				}
 				src := io.NewSectionReader(readerAtFunc(in.ReadAt), int64(bit/8), inSize-int64(bit/8))
-				return szip.NewReaderAt(src, int(bit%8), params, size-start), start
+				dec := szip.NewReaderAt(src, int(bit%8), params, size-first*rsiBytes)
+				if trusted {
+					dec.CheckRSIOffsets(offsets, int(first), bit/8)
+				}
+				return dec, first * rsiBytes
+			},
+			retry: func(err error) bool {
+				if errors.Is(err, szip.ErrRSIOffset) && !distrusted.Swap(true) {
+					p.opts.Logf("szip_block_offsets do not match the stream (%v); decoding from its start instead", err)
+					return true
+				}
+				return false
 			}}
 		if offsets != nil {
-			s.startOf = func(at int64) int64 { return at / rsiBytes * rsiBytes }
+			s.startOf = func(at int64) int64 {
+				if distrusted.Load() {
+					return 0
+				}
+				return at / rsiBytes * rsiBytes
+			}
 		}
 		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
 		return s.out, nil
@@ -146,6 +168,9 @@ type sequential struct {
 	// is without opening one (nil: the stream's start is the only one).
 	open    func(at int64) (dec io.Reader, start int64)
 	startOf func(at int64) int64
+	// retry, when set, is told of a decode error and says whether to
+	// decode again from a fresh decoder (once its cause is dealt with).
+	retry func(error) bool
 
 	mu  sync.Mutex
 	dec io.Reader // nil when no decode is under way
@@ -181,6 +206,10 @@ func (s *sequential) block(k int64) ([]byte, error) {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
+			if s.retry != nil && s.retry(err) {
+				s.dec, s.pos = s.open(target)
+				continue
+			}
 			return nil, fmt.Errorf("%s: at decoded byte %d: %w", s.what, s.pos, err)
 		}
 		index := s.pos / s.blockSize
@@ -215,55 +244,79 @@ func expectEOF(r io.Reader) error {
 	return err
 }
 
-// whole decodes a stream that has no block structure in one piece, and
-// lends the result to the cache block by block.
-type whole struct {
-	in        Reader
-	inSize    int64
-	total     int64
-	blockSize int64
-	decode    func([]byte) ([]byte, error)
-	what      string
-	out       *cached
-
-	mu sync.Mutex // one whole decode at a time
+// bitmaskStage returns the packed form of a coded bitmask of k.Count
+// elements. Run-length and Roaring codings are indexed, not expanded, so a
+// mask costs the memory of its coding; the others are the packed bytes
+// themselves or a compressed stream of them.
+func (p *Pipeline) bitmaskStage(in Reader, inSize int64, k formats.BitmaskDecode) (Reader, error) {
+	packed := bitmask.PackedLen(k.Count)
+	if packed > math.MaxInt64 {
+		return nil, fmt.Errorf("bitmask of %d elements is too large", k.Count)
+	}
+	switch k.Method {
+	case "rle", "roaring":
+		if inSize > maxWholeInput {
+			return nil, fmt.Errorf("bitmask %s: %d stored bytes exceed the %d-byte limit", k.Method, inSize, maxWholeInput)
+		}
+		return &indexed{in: in, inSize: inSize, size: int64(packed), build: func(blob []byte) (bitmask.Index, error) {
+			return bitmask.NewIndex(k.Method, blob, k.Count, k.Prefixed)
+		}}, nil
+	case "none":
+		if k.Prefixed || uint64(inSize) != packed {
+			return nil, fmt.Errorf("bitmask of %d elements is %d bytes packed, not %d", k.Count, packed, inSize)
+		}
+		return in, nil
+	case "zstd", "lz4":
+		if k.Prefixed {
+			break
+		}
+		return p.decompress(in, inSize, formats.Decompress{Method: k.Method, Size: packed})
+	}
+	return nil, fmt.Errorf("bitmask coding %q is not supported", k.Method)
 }
 
-func (w *whole) size() (int64, error) { return w.total, nil }
+// indexed serves a coded bitmask through a range index built on first use
+// from the whole coding. A failure to build it is remembered.
+type indexed struct {
+	in     Reader
+	inSize int64
+	size   int64
+	build  func([]byte) (bitmask.Index, error)
 
-func (w *whole) block(k int64) ([]byte, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if b, ok := w.out.cache.Peek(w.out.key(k)); ok {
-		return b, nil
-	}
-	if w.inSize > maxWholeInput {
-		return nil, fmt.Errorf("%s: %d stored bytes exceed the %d-byte limit of a whole decode", w.what, w.inSize, maxWholeInput)
-	}
-	in := make([]byte, w.inSize)
-	if err := readFull(w.in, in, 0); err != nil {
-		return nil, err
-	}
-	all, err := w.decode(in)
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(all)) != w.total {
-		return nil, fmt.Errorf("%s: decoded %d bytes, expected %d", w.what, len(all), w.total)
-	}
-	var want []byte
-	for i := int64(0); i*w.blockSize < w.total; i++ {
-		b := all[i*w.blockSize : min(w.total, (i+1)*w.blockSize)]
-		if i == k {
-			want = b
-		} else {
-			w.out.cache.Put(w.out.key(i), b)
+	once sync.Once
+	x    bitmask.Index
+	err  error
+}
+
+func (x *indexed) index() (bitmask.Index, error) {
+	x.once.Do(func() {
+		blob := make([]byte, x.inSize)
+		if x.err = readFull(x.in, blob, 0); x.err != nil {
+			return
 		}
+		x.x, x.err = x.build(blob)
+		if x.err == nil && x.x.Len() != uint64(x.size) {
+			x.err = fmt.Errorf("bitmask index of %d bytes, expected %d", x.x.Len(), x.size)
+		}
+	})
+	return x.x, x.err
+}
+
+func (x *indexed) Size() (int64, error) { return x.size, nil }
+
+func (x *indexed) ReadAt(p []byte, off int64) (int, error) {
+	ix, err := x.index()
+	if err != nil {
+		return 0, err
 	}
-	if want == nil {
-		return nil, fmt.Errorf("%s block %d out of range", w.what, k)
+	n, eof := clamp(p, off, x.size)
+	if n == 0 {
+		return 0, eof
 	}
-	return want, nil
+	if err := ix.Packed(p[:n], uint64(off)); err != nil {
+		return 0, err
+	}
+	return n, eof
 }
 
 // unpacker returns the simple_packing stage over the packed values in.
@@ -288,7 +341,7 @@ func unpacker(in Reader, inSize int64, k formats.SimpleUnpack) (Reader, int64, e
 	if err != nil {
 		return nil, 0, err
 	}
-	if uint64(inSize) < packed {
+	if uint64(inSize) != packed {
 		return nil, 0, fmt.Errorf("simple_packing: %d values of %d bits need %d bytes, the stream has %d", k.Count, k.Bits, packed, inSize)
 	}
 	convert := func(dst, src []byte, n int) {

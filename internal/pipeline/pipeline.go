@@ -135,6 +135,10 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 			return failing{err}
 		}
 		decoded = r
+		if c.Size >= 0 {
+			// No stage may make the file differ from its declared size.
+			decoded = exactSize{r, c.Size}
+		}
 	case c.Encoding == formats.Raw:
 		if c.Size >= 0 && uint64(c.Size) != c.Length {
 			return failing{fmt.Errorf("raw component of %d stored bytes declares %d decoded bytes", c.Length, c.Size)}
@@ -227,6 +231,11 @@ func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 		dt = l.Values.DType
 	case formats.SparseCOO:
 		dt = l.Values.DType
+	case formats.BlockQuantized:
+		if len(t.Shape) != 2 || t.Shape[0] != l.Rows || t.Shape[1] != l.Cols {
+			return formats.DTypeInfo{}, fmt.Errorf("shape %v is not the quantized [%d %d]", t.Shape, l.Rows, l.Cols)
+		}
+		dt = formats.F32
 	default:
 		return formats.DTypeInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
 	}
@@ -330,6 +339,13 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		}
 		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
 		return s.out, nil
+	case formats.BlockQuantized:
+		d, err := newDequantized(l, readers, p.opts.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		d.out = newCached(p.opts.Cache, p.opts.BlockSize, d)
+		return d.out, nil
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
 }

@@ -2,6 +2,7 @@ package szip
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -40,9 +41,17 @@ type Reader struct {
 	blkRef   bool // blk[0] is a reference sample
 
 	remain  int64 // decoded bytes still to produce
-	pend    []byte
-	pendOff int
-	err     error
+	srcRead int64 // bytes taken from src (the whole stream without src)
+
+	// RSI start checks (CheckRSIOffsets): expected bit offsets of every
+	// RSI, the index of the RSI being decoded, and the bit offset in the
+	// whole stream of the first bit read from src.
+	rsiOffsets []uint64
+	rsiIndex   int
+	baseBit    uint64
+	pend       []byte
+	pendOff    int
+	err        error
 }
 
 // NewReader returns a Reader that decodes the stream read from src into the
@@ -114,12 +123,34 @@ func Decode(stream []byte, p Params, size int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %d bytes of stream cannot hold %d decoded bytes", ErrCorrupt, len(stream), size)
 	}
 	r.buf = stream
+	r.srcRead = int64(len(stream))
 	r.eof = true
 	out := make([]byte, size)
 	if _, err := io.ReadFull(&r, out); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// ErrRSIOffset is returned (wrapped) when CheckRSIOffsets is in force and an
+// RSI does not start where the recorded offsets say.
+var ErrRSIOffset = errors.New("szip: recorded RSI offset is wrong")
+
+// CheckRSIOffsets makes the reader check, at the start of every reference
+// sample interval it decodes, that the interval starts at the bit offset
+// recorded for it (Tensogram's szip_block_offsets): offsets are bit offsets
+// in the whole stream, first is the index of the RSI the reader starts at,
+// and srcStart the byte offset in the whole stream of the reader's first
+// source byte. Call it before the first Read. Offsets that do not match are
+// reported as ErrRSIOffset, so that a caller can stop trusting them before
+// it restarts a decode at one of them.
+func (r *Reader) CheckRSIOffsets(offsets []uint64, first int, srcStart uint64) {
+	r.rsiOffsets, r.rsiIndex, r.baseBit = offsets, first, srcStart*8
+}
+
+// bitPosition is the offset in the whole stream of the next unread bit.
+func (r *Reader) bitPosition() uint64 {
+	return r.baseBit + 8*uint64(r.srcRead-int64(len(r.buf)-r.pos)) - uint64(r.nbits) + uint64(r.skip)
 }
 
 // Read implements io.Reader.
@@ -193,6 +224,13 @@ func (r *Reader) nextBlock() error {
 			d := r.nbits % 8
 			r.acc <<= d
 			r.nbits -= d
+		}
+		r.rsiIndex++
+		if r.rsiOffsets != nil && r.rsiIndex < len(r.rsiOffsets) {
+			if at := r.bitPosition(); at != r.rsiOffsets[r.rsiIndex] {
+				return fmt.Errorf("%w: reference sample interval %d starts at bit %d, the recorded offsets say %d",
+					ErrRSIOffset, r.rsiIndex, at, r.rsiOffsets[r.rsiIndex])
+			}
 		}
 	}
 	// The bit input lives in locals from here on, passed to and returned
@@ -536,6 +574,7 @@ func (r *Reader) readMore() {
 	for empty := 0; len(r.buf) < 8; {
 		m, err := r.src.Read(r.buf[len(r.buf):cap(r.buf)])
 		r.buf = r.buf[:len(r.buf)+m]
+		r.srcRead += int64(m)
 		if err != nil {
 			r.eof = true
 			if err != io.EOF {

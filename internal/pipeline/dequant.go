@@ -1,0 +1,160 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant"
+)
+
+// dequantized produces the float32 elements of a block-quantized tensor,
+// block by block of output: any range of the output needs only the scales
+// and codes of the quantization blocks it covers, which are contiguous in
+// their components because blocks are numbered row by row.
+type dequantized struct {
+	l          formats.BlockQuantized
+	scales     Reader // per block (no super-blocks) or per super-block, f16
+	subScales  Reader // per block, 6 bits in a byte; nil without super-blocks
+	codes      Reader
+	bpr, spr   uint64 // blocks and super-blocks per row
+	blockBytes int64  // bytes of codes per quantization block
+	total      int64  // output bytes
+	blockSize  int64
+	out        *cached
+}
+
+// newDequantized checks l against the sizes of its components.
+func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, error), blockSize int64) (*dequantized, error) {
+	switch l.Bits {
+	case 2, 3, 4, 6, 8:
+	default:
+		return nil, fmt.Errorf("%d-bit codes are not supported", l.Bits)
+	}
+	if l.BlockSize != 32 {
+		return nil, fmt.Errorf("quantization blocks of %d values are not supported", l.BlockSize)
+	}
+	if l.Rows == 0 || l.Cols == 0 {
+		return nil, fmt.Errorf("shape [%d %d] has no elements", l.Rows, l.Cols)
+	}
+	hi, n := bits.Mul64(l.Rows, l.Cols)
+	if hi != 0 || n > math.MaxInt64/4 {
+		return nil, fmt.Errorf("shape [%d %d] is too large", l.Rows, l.Cols)
+	}
+	d := &dequantized{l: l, total: int64(n) * 4, blockSize: blockSize, blockBytes: int64(32 * l.Bits / 8)}
+	d.bpr = (l.Cols + 31) / 32
+	blocks := l.Rows * d.bpr // cannot overflow: at most Rows × Cols
+	need := func(role string, size uint64, what string) (Reader, error) {
+		r, err := readers(role)
+		if err != nil {
+			return nil, err
+		}
+		have, err := r.Size()
+		if err != nil {
+			return nil, err
+		}
+		if uint64(have) < size {
+			return nil, fmt.Errorf("component %q holds %d bytes, %s need %d", role, have, what, size)
+		}
+		return r, nil
+	}
+	var err error
+	if l.SuperBlocks == 0 {
+		if d.scales, err = need(l.Scales, 2*blocks, fmt.Sprintf("%d block scales", blocks)); err != nil {
+			return nil, err
+		}
+	} else {
+		if l.SuperBlocks < 0 {
+			return nil, fmt.Errorf("super-blocks of %d blocks", l.SuperBlocks)
+		}
+		d.spr = (d.bpr + uint64(l.SuperBlocks) - 1) / uint64(l.SuperBlocks)
+		supers := l.Rows * d.spr
+		if d.scales, err = need(l.SuperScales, 2*supers, fmt.Sprintf("%d super-block scales", supers)); err != nil {
+			return nil, err
+		}
+		if d.subScales, err = need(l.SubScales, blocks, fmt.Sprintf("%d sub-scales", blocks)); err != nil {
+			return nil, err
+		}
+	}
+	hi, codeBytes := bits.Mul64(blocks, uint64(d.blockBytes))
+	if hi != 0 {
+		return nil, fmt.Errorf("%d blocks of codes overflow", blocks)
+	}
+	if d.codes, err = need(l.Codes, codeBytes, fmt.Sprintf("%d blocks of %d-bit codes", blocks, l.Bits)); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *dequantized) size() (int64, error) { return d.total, nil }
+
+func (d *dequantized) block(k int64) ([]byte, error) {
+	if k < 0 || k*d.blockSize >= d.total {
+		return nil, fmt.Errorf("dequantized block %d out of range", k)
+	}
+	out := make([]byte, min(d.blockSize, d.total-k*d.blockSize))
+	// blockSize is a multiple of 16, so blocks hold whole float32 values.
+	e0 := uint64(k * d.blockSize / 4)
+	if err := d.fill(out, e0, e0+uint64(len(out)/4)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// fill writes elements [e0, e1) of the tensor to out.
+func (d *dequantized) fill(out []byte, e0, e1 uint64) error {
+	cols := d.l.Cols
+	blockOf := func(e uint64) uint64 { r := e / cols; return r*d.bpr + (e-r*cols)/32 }
+	bi0, bi1 := blockOf(e0), blockOf(e1-1)+1
+	n := bi1 - bi0
+
+	scales := make([]float32, n)
+	if d.subScales == nil {
+		raw := make([]byte, 2*n)
+		if err := readFull(d.scales, raw, int64(2*bi0)); err != nil {
+			return fmt.Errorf("scales: %w", err)
+		}
+		for i := range scales {
+			scales[i] = quant.F16FlushToZero(binary.LittleEndian.Uint16(raw[2*i:]))
+		}
+	} else {
+		super := uint64(d.l.SuperBlocks)
+		superOf := func(bi uint64) uint64 { r := bi / d.bpr; return r*d.spr + (bi-r*d.bpr)/super }
+		s0, s1 := superOf(bi0), superOf(bi1-1)+1
+		supers := make([]byte, 2*(s1-s0))
+		if err := readFull(d.scales, supers, int64(2*s0)); err != nil {
+			return fmt.Errorf("super-block scales: %w", err)
+		}
+		subs := make([]byte, n)
+		if err := readFull(d.subScales, subs, int64(bi0)); err != nil {
+			return fmt.Errorf("sub-scales: %w", err)
+		}
+		for i := range scales {
+			s := superOf(bi0+uint64(i)) - s0
+			scales[i] = quant.KBlockScale(binary.LittleEndian.Uint16(supers[2*s:]), subs[i])
+		}
+	}
+	codes := make([]byte, int64(n)*d.blockBytes)
+	if err := readFull(d.codes, codes, int64(bi0)*d.blockBytes); err != nil {
+		return fmt.Errorf("codes: %w", err)
+	}
+	values := make([]byte, 128*n)
+	if err := quant.DequantizeBlocks(d.l.Bits, values, scales, codes); err != nil {
+		return err
+	}
+	// Each block's values that lie inside [e0, e1) and inside its row.
+	for i := uint64(0); i < n; i++ {
+		bi := bi0 + i
+		r := bi / d.bpr
+		first := r*cols + (bi-r*d.bpr)*32
+		valid := min(32, cols-(bi-r*d.bpr)*32)
+		lo, hi := max(first, e0), min(first+valid, e1)
+		if lo >= hi {
+			continue
+		}
+		copy(out[4*(lo-e0):4*(hi-e0)], values[128*i+4*(lo-first):128*i+4*(hi-first)])
+	}
+	return nil
+}
