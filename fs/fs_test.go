@@ -2,6 +2,8 @@ package fs
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -309,6 +311,9 @@ func checkTensor(t *testing.T, mnt string, want fixtures.Tensor, got tensorJSON)
 	data := content[hdr.DataOffset:]
 	if want.Data != nil && !bytes.Equal(data, want.Data) {
 		t.Errorf("tensor %q: tensor.npy data %x, want %x", name, short(data), short(want.Data))
+	}
+	if sum := sha256.Sum256(data); want.DataSHA256 != "" && hex.EncodeToString(sum[:]) != want.DataSHA256 {
+		t.Errorf("tensor %q: tensor.npy data has SHA-256 %x, want %s", name, sum, want.DataSHA256)
 	}
 	// A raw, native, little-endian dense tensor: tensor.npy holds the stored bytes.
 	if c, ok := got.Components["data"]; ok && len(got.Components) == 1 && got.Layout == "dense" && c.Stored.Encoding == "raw" &&

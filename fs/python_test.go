@@ -18,7 +18,7 @@ import (
 // for components. It gets the expected arrays as JSON on stdin and prints
 // one line per problem.
 const interopScript = `
-import json, os, sys
+import hashlib, json, os, sys
 import numpy as np
 
 spec = json.load(sys.stdin)
@@ -47,7 +47,10 @@ for name, t in manifest["tensors"].items():
     if a.tobytes() != np.asarray(m).tobytes() or m.dtype != a.dtype or m.shape != a.shape:
         problems.append(f"{name}: mmap_mode='r' differs from a plain load")
     want = spec["expected"].get(name)
-    if want is not None:
+    if want is not None and want.get("sha256"):
+        if hashlib.sha256(a.tobytes()).hexdigest() != want["sha256"] or a.dtype.str != want["dtype"] or list(a.shape) != want["shape"]:
+            problems.append(f"{name}: values {a.ravel()[:8]} differ from the documented digest")
+    elif want is not None:
         exp = np.frombuffer(bytes.fromhex(want["data"]), dtype=want["dtype"]).reshape(want["shape"])
         if a.tobytes() != exp.tobytes() or a.dtype != exp.dtype or a.shape != exp.shape:
             problems.append(f"{name}: values {a.ravel()[:8]} differ from the documented {exp.ravel()[:8]}")
@@ -80,6 +83,10 @@ func TestNumPyReadsTheMount(t *testing.T) {
 		"tensogram/golden_v0.17.0/mars_metadata.tgm",
 		"tensogram/metadata_parity/metadata_parity.tgm",
 		"tensogram/remote_parity/streaming-tail.tgm",
+		"mcf/tiny_k4.mcf",
+		"mcf/tiny_q8.mcf",
+		"mcf/tiny_bf16.mcf",
+		"mcf/tiny_quantembed_int4.mcf",
 	}
 	expected := map[string]fixtures.File{}
 	for _, fx := range fixtures.All() {
@@ -89,9 +96,10 @@ func TestNumPyReadsTheMount(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			mnt, _ := mountFixture(t, filepath.Join(fixtures.Dir(), file), session.Options{})
 			type array struct {
-				DType string   `json:"dtype"`
-				Shape []uint64 `json:"shape"`
-				Data  string   `json:"data"`
+				DType  string   `json:"dtype"`
+				Shape  []uint64 `json:"shape"`
+				Data   string   `json:"data"`
+				SHA256 string   `json:"sha256,omitempty"`
 			}
 			spec := struct {
 				Mount    string           `json:"mount"`
@@ -99,7 +107,10 @@ func TestNumPyReadsTheMount(t *testing.T) {
 			}{Mount: mnt, Expected: map[string]array{}}
 			for _, tensor := range expected[file].Tensors {
 				if tensor.Data != nil && tensor.NPY != "" {
-					spec.Expected[tensor.Name] = array{tensor.NPY, tensor.Shape, hex.EncodeToString(tensor.Data)}
+					spec.Expected[tensor.Name] = array{tensor.NPY, tensor.Shape, hex.EncodeToString(tensor.Data), ""}
+				}
+				if tensor.DataSHA256 != "" && tensor.NPY != "" {
+					spec.Expected[tensor.Name] = array{tensor.NPY, tensor.Shape, "", tensor.DataSHA256}
 				}
 			}
 			input, _ := json.Marshal(spec)

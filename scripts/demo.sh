@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: builds ztfs, writes a small sample model, mounts it, shows the
 # tree, reads tensors with jq and with NumPy, and unmounts; then the same
-# for a bundled Tensogram file.
+# for a bundled Tensogram file and a bundled quantized MCF model.
 # Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +67,19 @@ step "jq -c '.base[] | {shortName, mars}' mnt/tensors/0/metadata.json"
 jq -c '.base[] | {shortName, mars}' "$mnt/tensors/0/metadata.json"
 step python3 -c 'numpy.load("mnt/tensors/0/2t/tensor.npy")'
 "$python" -c 'import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, a.sum())' "$mnt/tensors/0/2t/tensor.npy"
+step ztfs unmount mnt
+bin/ztfs unmount "$mnt"
+
+# An MCF file with k4-quantized weights: a model folder, dequantized on read.
+mcf=testdata/mcf/tiny_k4.mcf
+step ztfs mount $mcf mnt
+bin/ztfs mount "$mcf" "$mnt"
+step ls mnt mnt/tensors/model.embed_tokens.weight
+ls "$mnt" "$mnt/tensors/model.embed_tokens.weight"
+step "jq -c '.tensors[\"model.embed_tokens.weight\"] | {layout, dtype, shape, method: .attributes.method, clip: [.attributes.min_clip, .attributes.max_clip]}' mnt/manifest.json"
+jq -c '.tensors["model.embed_tokens.weight"] | {layout, dtype, shape, method: .attributes.method, clip: [.attributes.min_clip, .attributes.max_clip]}' "$mnt/manifest.json"
+step python3 -c 'numpy.load("mnt/tensors/model.embed_tokens.weight/tensor.npy")'
+"$python" -c 'import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, a[0, :4])' "$mnt/tensors/model.embed_tokens.weight/tensor.npy"
 step ztfs unmount mnt
 bin/ztfs unmount "$mnt"
 echo "done"

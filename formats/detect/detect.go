@@ -3,12 +3,11 @@
 package detect
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/mcf"
 	"github.com/ztfs/ztfs/formats/safetensors"
 	"github.com/ztfs/ztfs/formats/tensogram"
 	"github.com/ztfs/ztfs/formats/ztensor"
@@ -16,9 +15,6 @@ import (
 
 // headSize is how much of a file detection looks at.
 const headSize = 64
-
-// Magics of formats ztfs recognises but does not read yet.
-var mcfMagic = []byte("MCF\x00")
 
 // Format names the format of a file starting with head and of the given size,
 // or returns "" when no reader claims it.
@@ -28,7 +24,7 @@ func Format(head []byte, size int64) string {
 		return "ztensor"
 	case tensogram.Sniff(head):
 		return "tensogram"
-	case bytes.HasPrefix(head, mcfMagic):
+	case mcf.Sniff(head):
 		return "mcf"
 	case safetensors.Sniff(head, size):
 		return "safetensors"
@@ -51,10 +47,10 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	case "tensogram":
 		return tensogram.Open(r, size)
 	case "mcf":
-		return nil, fmt.Errorf("%s files are not supported yet", f)
+		return mcf.Open(r, size)
 	}
 	if size == 0 {
 		return nil, errors.New("unknown format: the file is empty")
 	}
-	return nil, errors.New("unknown format: not zTensor, safetensors or Tensogram")
+	return nil, errors.New("unknown format: not zTensor, safetensors, Tensogram or MCF")
 }

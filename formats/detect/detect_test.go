@@ -38,7 +38,7 @@ func TestDetectionUsesBytesOnly(t *testing.T) {
 		{"empty", "", "the file is empty"},
 		{"text", "hello world, this is not a tensor file", "unknown format"},
 		{"tensogram", "TENSOGRM\x00\x03", "no complete Tensogram message"},
-		{"mcf", "MCF\x00\x01\x00", "mcf files are not supported yet"},
+		{"mcf", "MCF\x00\x01\x00", "MCF"},
 		{"npy", "\x93NUMPY\x01\x00v\x00{'descr': '<f4'", "unknown format"},
 	}
 	for _, tc := range tests {

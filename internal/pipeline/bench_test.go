@@ -11,6 +11,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant"
 )
 
 // Each Benchmark pair reads the same bytes two ways: through the pipeline
@@ -163,3 +164,63 @@ func BenchmarkBaselineZstdRead(b *testing.B) {
 		}
 	}
 }
+
+// benchQuantized lays out a [rows, cols] tensor quantized with method
+// ("q4", "k4", ...) as MCF stores it and returns its tensor; the float32
+// output is rows × cols × 4 bytes.
+func benchQuantized(b testing.TB, method string, rows, cols int) (*Source, *formats.Tensor) {
+	b.Helper()
+	raw := benchWeights(rows * cols * 4)
+	values := make([]float32, rows*cols)
+	for i := range values {
+		values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	lo, hi := quant.MCFClipBounds(values)
+	payload, err := quant.QuantizeMCF(method, values, rows, cols, lo, hi)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bits := map[string]int{"q8": 8, "q4": 4, "k6": 6, "k4": 4, "k3": 3, "k2": 2}[method]
+	align := func(x uint64) uint64 { return (x + 63) &^ 63 }
+	bpr := uint64(cols+31) / 32
+	tb := uint64(rows) * bpr
+	var fb fileBuilder
+	off := fb.add(payload)
+	region := func(role string, start, n uint64) *formats.Component {
+		return &formats.Component{Role: role, DType: formats.U8, Offset: off + start, Length: n, Encoding: formats.Raw, Size: int64(n)}
+	}
+	l := formats.BlockQuantized{Bits: bits, Rows: uint64(rows), Cols: uint64(cols), BlockSize: 32, Codes: "codes"}
+	var comps []*formats.Component
+	codeBytes := tb * uint64(32*bits/8)
+	if method[0] == 'q' {
+		l.Scales = "scales"
+		comps = append(comps, region("scales", 0, 2*tb), region("codes", align(2*tb), codeBytes))
+	} else {
+		ts := uint64(rows) * ((bpr + 7) / 8)
+		l.SuperBlocks, l.SuperScales, l.SubScales = 8, "super", "sub"
+		comps = append(comps, region("super", 0, 2*ts), region("sub", align(2*ts), tb), region("codes", align(align(2*ts)+tb), codeBytes))
+	}
+	return fb.open(b), &formats.Tensor{Name: method, Shape: []uint64{uint64(rows), uint64(cols)}, DType: formats.F32,
+		Components: comps, Logical: l}
+}
+
+// Dequantized tensor.npy from a cold cache; MB/s count float32 output
+// bytes, to compare with BaselineCopy.
+func benchmarkDequantizedNPY(b *testing.B, method string) {
+	src, tensor := benchQuantized(b, method, 2048, 4096)
+	b.SetBytes(2048 * 4096 * 4)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p, _ := New(src, Options{Cache: cache.New(64 << 20)})
+		r, err := p.NPY(tensor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		readSequential(b, r)
+		p.Close()
+	}
+}
+
+func BenchmarkDequantizedNPYQ4(b *testing.B) { benchmarkDequantizedNPY(b, "q4") }
+func BenchmarkDequantizedNPYK4(b *testing.B) { benchmarkDequantizedNPY(b, "k4") }
+func BenchmarkDequantizedNPYQ8(b *testing.B) { benchmarkDequantizedNPY(b, "q8") }

@@ -1,0 +1,268 @@
+package mcf
+
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+// Magic starts every MCF file.
+const Magic = "MCF\x00"
+
+// Version numbers written and accepted.
+const (
+	// Major is the only major version readers accept.
+	Major = 1
+	// CurrentMinor is the minor version mantle writes today (early writers
+	// wrote 0). Readers accept any minor.
+	CurrentMinor = 1
+)
+
+// FlagTensorDataAligned64 (header bit 0) says quantized payloads start at
+// 64-byte boundaries; files with q*/k* tensors must set it.
+const FlagTensorDataAligned64 = 1
+
+// Fixed sizes of the binary structures (specs/mcf.md §3–§7).
+const (
+	headerSize      = 40
+	dirEntrySize    = 24
+	indexHeaderSize = 48
+	indexEntrySize  = 40
+	quantHeaderSize = 8
+	quantRecordSize = 24
+	sectionAlign    = 8
+)
+
+// Section types.
+const (
+	SectionModelInfo       uint32 = 0x0001
+	SectionQuantInfo       uint32 = 0x0002
+	SectionTensorIndex     uint32 = 0x0003
+	SectionTensorData      uint32 = 0x0004
+	SectionConfigJSON      uint32 = 0x0100
+	SectionGenerationJSON  uint32 = 0x0101
+	SectionTokenizerJSON   uint32 = 0x0102
+	SectionTokenizerConfig uint32 = 0x0103
+	SectionVocabJSON       uint32 = 0x0104
+	SectionMergesTXT       uint32 = 0x0105
+)
+
+// sectionNames names the known section types; resource sections are named
+// after the file they hold.
+var sectionNames = map[uint32]string{
+	SectionModelInfo:       "ModelInfo",
+	SectionQuantInfo:       "QuantInfo",
+	SectionTensorIndex:     "TensorIndex",
+	SectionTensorData:      "TensorData",
+	SectionConfigJSON:      "config.json",
+	SectionGenerationJSON:  "generation_config.json",
+	SectionTokenizerJSON:   "tokenizer.json",
+	SectionTokenizerConfig: "tokenizer_config.json",
+	SectionVocabJSON:       "vocab.json",
+	SectionMergesTXT:       "merges.txt",
+}
+
+// resourceTypes are the resource sections in type order.
+var resourceTypes = []uint32{
+	SectionConfigJSON, SectionGenerationJSON, SectionTokenizerJSON,
+	SectionTokenizerConfig, SectionVocabJSON, SectionMergesTXT,
+}
+
+// ResourceNames are the file names of the resource sections, in type order.
+var ResourceNames = []string{
+	"config.json", "generation_config.json", "tokenizer.json",
+	"tokenizer_config.json", "vocab.json", "merges.txt",
+}
+
+// resourceType returns the section type holding the named file.
+func resourceType(name string) (uint32, bool) {
+	for i, n := range ResourceNames {
+		if n == name {
+			return resourceTypes[i], true
+		}
+	}
+	return 0, false
+}
+
+// SectionName returns the name of a section type: the resource file name,
+// the structural section's name, or "" for an unknown type.
+func SectionName(typ uint32) string { return sectionNames[typ] }
+
+// DType codes of the TensorIndex (§5.4).
+const (
+	DTypeUnknown uint16 = 0
+	DTypeF32     uint16 = 1
+	DTypeF16     uint16 = 2
+	DTypeBF16    uint16 = 3
+	DTypeF64     uint16 = 4
+	DTypeI8      uint16 = 5
+	DTypeU8      uint16 = 6
+	DTypeI16     uint16 = 7
+	DTypeU16     uint16 = 8
+	DTypeI32     uint16 = 9
+	DTypeU32     uint16 = 10
+	DTypeI64     uint16 = 11
+	DTypeU64     uint16 = 12
+	DTypeInt8    uint16 = 0x10
+	DTypeInt4    uint16 = 0x11
+	DTypeQ8      uint16 = 0x20
+	DTypeQ4      uint16 = 0x21
+	DTypeK6      uint16 = 0x30
+	DTypeK4      uint16 = 0x31
+	DTypeK3      uint16 = 0x32
+	DTypeK2      uint16 = 0x33
+)
+
+// family groups dtype codes by how their bytes are laid out.
+type family int
+
+const (
+	famPlain family = iota + 1
+	famInt          // int8 / int4: mantle's bare codes (§13)
+	famQ            // q8 / q4: block scales, codes
+	famK            // k6 / k4 / k3 / k2: super scales, sub-scales, codes
+)
+
+// dtypeInfo describes one assigned dtype code.
+type dtypeInfo struct {
+	name   string
+	family family
+	// plain: the element type; int*: the code type of the stored data.
+	dtype formats.DType
+	// plain: bytes per element.
+	size uint64
+	// int*, q*, k*: bits per code.
+	bits int
+}
+
+var dtypeTable = map[uint16]dtypeInfo{
+	DTypeF32:  {"f32", famPlain, formats.F32, 4, 0},
+	DTypeF16:  {"f16", famPlain, formats.F16, 2, 0},
+	DTypeBF16: {"bf16", famPlain, formats.BF16, 2, 0},
+	DTypeF64:  {"f64", famPlain, formats.F64, 8, 0},
+	DTypeI8:   {"i8", famPlain, formats.I8, 1, 0},
+	DTypeU8:   {"u8", famPlain, formats.U8, 1, 0},
+	DTypeI16:  {"i16", famPlain, formats.I16, 2, 0},
+	DTypeU16:  {"u16", famPlain, formats.U16, 2, 0},
+	DTypeI32:  {"i32", famPlain, formats.I32, 4, 0},
+	DTypeU32:  {"u32", famPlain, formats.U32, 4, 0},
+	DTypeI64:  {"i64", famPlain, formats.I64, 8, 0},
+	DTypeU64:  {"u64", famPlain, formats.U64, 8, 0},
+	DTypeInt8: {"int8", famInt, formats.I8, 0, 8},
+	DTypeInt4: {"int4", famInt, formats.I4Offset8, 0, 4},
+	DTypeQ8:   {"q8", famQ, formats.F32, 0, 8},
+	DTypeQ4:   {"q4", famQ, formats.F32, 0, 4},
+	DTypeK6:   {"k6", famK, formats.F32, 0, 6},
+	DTypeK4:   {"k4", famK, formats.F32, 0, 4},
+	DTypeK3:   {"k3", famK, formats.F32, 0, 3},
+	DTypeK2:   {"k2", famK, formats.F32, 0, 2},
+}
+
+// DTypeName returns the name of an MCF dtype code ("f32", "k4", ...), or
+// "" for an unassigned code.
+func DTypeName(code uint16) string { return dtypeTable[code].name }
+
+// dtypeLabel names a code in messages, assigned or not.
+func dtypeLabel(code uint32) string {
+	if code <= 0xFFFF {
+		if info, ok := dtypeTable[uint16(code)]; ok {
+			return info.name
+		}
+	}
+	return fmt.Sprintf("unassigned dtype %d", code)
+}
+
+// Quantized payload geometry (§8).
+const (
+	quantBlock       = 32  // values per block
+	quantSuperBlocks = 8   // blocks per super-block
+	quantSuper       = 256 // values per super-block
+	payloadAlign     = 64
+)
+
+// QuantLayout locates the regions of a q*/k* payload, relative to the
+// payload's start.
+type QuantLayout struct {
+	Bits       int
+	Rows, Cols uint64
+	// BlocksPerRow and SuperPerRow (k* only) count per row; Blocks and
+	// Supers in total.
+	BlocksPerRow, SuperPerRow uint64
+	Blocks, Supers            uint64
+	BlockBytes                uint64
+	// Scales is the f16 block-scale region (q*) or the f16 super-scale
+	// region (k*); SubScales the u8 sub-scale region (k* only); Codes the
+	// packed codes.
+	Scales, SubScales, Codes formats.Region
+	// Size is the whole payload: QuantPayloadSize.
+	Size uint64
+}
+
+// errOverflow reports sizes beyond 64 bits.
+var errOverflow = fmt.Errorf("payload size overflows 64 bits")
+
+func mul(a, b uint64) (uint64, bool) {
+	hi, lo := bits.Mul64(a, b)
+	return lo, hi == 0
+}
+
+func add(a, b uint64) (uint64, bool) {
+	s, c := bits.Add64(a, b, 0)
+	return s, c == 0
+}
+
+func align64(x uint64) (uint64, bool) {
+	s, ok := add(x, payloadAlign-1)
+	return s &^ (payloadAlign - 1), ok
+}
+
+// Quant returns the payload layout of a quantized dtype code (q8, q4, k6,
+// k4, k3, k2) for a [rows, cols] tensor, with overflow-checked arithmetic.
+func Quant(code uint16, rows, cols uint64) (QuantLayout, error) {
+	info, ok := dtypeTable[code]
+	if !ok || (info.family != famQ && info.family != famK) {
+		return QuantLayout{}, fmt.Errorf("dtype %s is not a block-quantized type", dtypeLabel(uint32(code)))
+	}
+	l := QuantLayout{Bits: info.bits, Rows: rows, Cols: cols}
+	l.BlocksPerRow = cols/quantBlock + b2u(cols%quantBlock != 0)
+	l.BlockBytes = quantBlock * uint64(info.bits) / 8
+	// Every step is checked; fine stays true only if none overflows.
+	fine := true
+	check := func(v uint64, ok bool) uint64 {
+		fine = fine && ok
+		return v
+	}
+	l.Blocks = check(mul(rows, l.BlocksPerRow))
+	codesLen := check(mul(l.Blocks, l.BlockBytes))
+	var codesOff uint64
+	if info.family == famQ {
+		l.Scales = formats.Region{Offset: 0, Length: check(mul(l.Blocks, 2))}
+		codesOff = check(align64(l.Scales.Length))
+	} else {
+		l.SuperPerRow = l.BlocksPerRow/quantSuperBlocks + b2u(l.BlocksPerRow%quantSuperBlocks != 0)
+		l.Supers = check(mul(rows, l.SuperPerRow))
+		l.Scales = formats.Region{Offset: 0, Length: check(mul(l.Supers, 2))}
+		l.SubScales = formats.Region{Offset: check(align64(l.Scales.Length)), Length: l.Blocks}
+		codesOff = check(align64(check(add(l.SubScales.Offset, l.Blocks))))
+	}
+	l.Codes = formats.Region{Offset: codesOff, Length: codesLen}
+	l.Size = check(add(codesOff, codesLen))
+	if !fine {
+		return l, errOverflow
+	}
+	return l, nil
+}
+
+// QuantPayloadSize is the stored size of a q*/k* payload (§8).
+func QuantPayloadSize(code uint16, rows, cols uint64) (uint64, error) {
+	l, err := Quant(code, rows, cols)
+	return l.Size, err
+}
+
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
