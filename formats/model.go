@@ -226,8 +226,8 @@ type File struct {
 }
 
 // Logical describes how the logical tensor (tensor.npy) is assembled from a
-// tensor's components. Its implementations are Dense, SparseCSR, SparseCOO
-// and BlockQuantized.
+// tensor's components. Its implementations are Dense, SparseCSR, SparseCOO,
+// BlockQuantized and GroupQuantized.
 type Logical interface{ logical() }
 
 // Dense is a row-major tensor held whole in one component: the elements of
@@ -273,6 +273,46 @@ type BlockQuantized struct {
 	Scales, SuperScales, SubScales, Codes string
 }
 
+// GroupQuantized is a tensor of Bits-bit integer codes q (two's complement
+// when Signed, else unsigned) dequantized to float32 as (q − zero) × scale,
+// with one scale and zero point per group of GroupSize elements. The
+// fields name components (roles) and how to read them.
+//
+// Row layout (PackedAlongRows false): the flattened tensor is cut into rows
+// of RowLength elements (the last dimension, or the whole tensor); each row
+// is packed into ⌈RowLength/PerContainer⌉ little-endian containers of
+// ContainerBits bits (8 or 32), code k of a container in bits [k·Bits,
+// (k+1)·Bits); groups are GroupSize consecutive elements of a row, so group
+// g of row r is number r·⌈RowLength/GroupSize⌉ + g in Scales and Zeros.
+//
+// GPTQ layout (PackedAlongRows true) of a [R, C] tensor (input features ×
+// output features, as GPTQ's qweight unpacks): Codes is [⌈R/PerContainer⌉,
+// C] containers packed along the first dimension; row i belongs to group
+// GIdx[i] (int32 component) or i/GroupSize; Scales is [groups, C]; Zeros is
+// [groups, ⌈C/PerContainer⌉] containers packed along the last dimension
+// like the codes (ZerosPacked).
+//
+// Zeros is "" for no zero point (0). Float zero points are read as values;
+// integer or packed ones as integers, plus ZeroOffset (GPTQ checkpoints
+// store zero − 1 and set it to 1).
+type GroupQuantized struct {
+	Bits                 int
+	Signed               bool
+	RowLength, GroupSize uint64
+	Codes                string
+	ContainerBits        int
+	PerContainer         int
+	Scales               string
+	ScaleDType           DType
+	Zeros                string
+	ZeroDType            DType
+	ZerosPacked          bool
+	ZeroOffset           float32
+	PackedAlongRows      bool
+	GIdx                 string
+}
+
+func (GroupQuantized) logical() {}
 func (Dense) logical()          {}
 func (SparseCSR) logical()      {}
 func (SparseCOO) logical()      {}

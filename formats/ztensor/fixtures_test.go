@@ -135,9 +135,9 @@ var validFixtures = []struct {
 				attrs:       map[string]any{"note": "unknown formats are legal"},
 				unsupported: `format "my_vendor_format" is not a layout ztfs can decode`,
 				comps:       []wantComp{raw("blob", formats.U8, 2624, 2)}},
-			{name: "q_proj", shape: []uint64{64, 64}, dtype: formats.F16, layout: "quantized_group",
-				attrs:       map[string]any{"bits": uint64(4), "group_size": uint64(32), "packing": "8_per_i32"},
-				unsupported: "quantized_group dequantization is not implemented yet",
+			{name: "q_proj", shape: []uint64{64, 64}, dtype: formats.F32, layout: "quantized_group",
+				attrs:  map[string]any{"bits": uint64(4), "group_size": uint64(32), "packing": "8_per_i32"},
+				values: qProjValues(),
 				comps: []wantComp{raw("packed_weight", formats.I32, 64, 2048),
 					raw("scales", formats.F16, 2112, 256), raw("zeros", formats.F16, 2368, 256)}},
 		}},
@@ -379,4 +379,18 @@ func TestEveryFixtureListed(t *testing.T) {
 			t.Errorf("%s: unknown outcome %q", file, outcome)
 		}
 	}
+}
+
+// qProjValues are attributes_quantized.zt's q_proj by the README's
+// convention: the fixture's packed_weight holds the int32 words 0..511 and
+// every scale is 1 and every zero 0, so element (r, c) is nibble c%8 of
+// word 8r + c/8.
+func qProjValues() []float64 {
+	v := make([]float64, 64*64)
+	for r := 0; r < 64; r++ {
+		for c := 0; c < 64; c++ {
+			v[r*64+c] = float64((r*8 + c/8) >> (4 * (c % 8)) & 0xF)
+		}
+	}
+	return v
 }

@@ -91,6 +91,13 @@ func checkRecipe(t *testing.T, x *formats.Tensor) {
 			t.Fatalf("tensor %q: COO of shape %v with %d coordinate arrays", x.Name, x.Shape, len(l.Coords))
 		}
 		arrays, count = append([]formats.Array{l.Values}, l.Coords...), &l.NNZ
+	case formats.GroupQuantized:
+		for _, role := range []string{l.Codes, l.Scales, l.Zeros, l.GIdx} {
+			if role != "" && x.Component(role) == nil {
+				t.Fatalf("tensor %q: group-quantized recipe names missing component %q", x.Name, role)
+			}
+		}
+		return
 	default:
 		t.Fatalf("tensor %q: recipe %T", x.Name, l)
 	}

@@ -291,9 +291,64 @@ func densify(t testing.TB, file []byte, x *formats.Tensor) []float64 {
 			out[idx] += values[i]
 		}
 		return out
+	case formats.GroupQuantized:
+		return dequantizeGroups(t, x, l, comps)
 	}
 	t.Fatalf("tensor %q: no logical recipe (%s)", x.Name, x.Unsupported)
 	return nil
+}
+
+// dequantizeGroups is the README's quantized_group convention written out
+// per element: the reference the pipeline's stage is checked against.
+func dequantizeGroups(t testing.TB, x *formats.Tensor, l formats.GroupQuantized, comps map[string][]byte) []float64 {
+	t.Helper()
+	n, _ := formats.ElementCount(x.Shape)
+	cb := uint64(l.ContainerBits / 8)
+	per := uint64(l.PerContainer)
+	code := func(b []byte, container, slot uint64) float64 {
+		var word uint64
+		for k := uint64(0); k < cb; k++ {
+			word |= uint64(b[container*cb+k]) << (8 * k)
+		}
+		v := int64(word >> (slot * uint64(l.Bits)) & (1<<l.Bits - 1))
+		if l.Signed && v >= 1<<(l.Bits-1) {
+			v -= 1 << l.Bits
+		}
+		return float64(v)
+	}
+	value := func(b []byte, d formats.DType, i uint64) float64 { return element(t, b, i*uint64(d.Width()), d)[0] }
+	out := make([]float64, n)
+	for e := uint64(0); e < n; e++ {
+		var q, s, z float64
+		if !l.PackedAlongRows {
+			r, c := e/l.RowLength, e%l.RowLength
+			cpr := (l.RowLength + per - 1) / per
+			gpr := (l.RowLength + l.GroupSize - 1) / l.GroupSize
+			q = code(comps[l.Codes], r*cpr+c/per, c%per)
+			g := r*gpr + c/l.GroupSize
+			s = value(comps[l.Scales], l.ScaleDType, g)
+			if l.Zeros != "" {
+				z = value(comps[l.Zeros], l.ZeroDType, g)
+			}
+		} else {
+			cols := x.Shape[1]
+			i, c := e/cols, e%cols
+			q = code(comps[l.Codes], (i/per)*cols+c, i%per)
+			g := i / l.GroupSize
+			if l.GIdx != "" {
+				g = uint64(value(comps[l.GIdx], formats.I32, i))
+			}
+			s = value(comps[l.Scales], l.ScaleDType, g*cols+c)
+			if l.ZerosPacked {
+				z = code(comps[l.Zeros], g*((cols+per-1)/per)+c/per, c%per) + float64(l.ZeroOffset)
+			} else if l.Zeros != "" {
+				z = value(comps[l.Zeros], l.ZeroDType, g*cols+c)
+			}
+		}
+		// The convention computes in float32: (q − z) × s.
+		out[e] = float64((float32(q) - float32(z)) * float32(s))
+	}
+	return out
 }
 
 // v11File assembles a v1.1 container from a blob area (starting at offset 8,

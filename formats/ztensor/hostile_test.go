@@ -380,7 +380,7 @@ func TestLenient(t *testing.T) {
 			"data": with(cmp("f32", 64, 9), "encoding", "zstd", "uncompressed_length", 24)}),
 			formats.F32, formats.Dense{Role: "data", DType: formats.F32}, "", 24},
 		{"quantized without scales", obj([]any{2}, "quantized_group", map[string]any{"packed_weight": cmp("i32", 64, 4)}),
-			formats.F32, nil, "quantized_group dequantization is not implemented yet", 4},
+			formats.F32, nil, "quantized_group: needs components packed_weight and scales", 4},
 		{"unknown format without components", obj([]any{2}, "nothing", map[string]any{}),
 			"", nil, `format "nothing" is not a layout ztfs can decode`, 0},
 		{"unknown format with data", obj([]any{2}, "vendor", map[string]any{"aux": cmp("u8", 64, 1), "data": cmp("i16", 128, 4)}),

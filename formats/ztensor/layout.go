@@ -29,11 +29,7 @@ func (o *object) build() (*formats.Tensor, error) {
 	case formatCOO:
 		err = o.buildCOO(t)
 	case formatQuantized:
-		t.DType = formats.F32
-		if s := o.comp("scales"); s != nil {
-			t.DType = s.elem().shown
-		}
-		t.Unsupported = "quantized_group dequantization is not implemented yet"
+		o.buildQuantized(t)
 	default:
 		o.buildUnknown(t)
 	}

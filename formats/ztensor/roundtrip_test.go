@@ -144,7 +144,21 @@ func roundTripObjects() []rtObject {
 				{"scales", "bf16", randomBytes(10, 16*2)},
 				{"zeros", "bf16", randomBytes(11, 16*2)},
 			},
-			dtype: formats.BF16, unsupported: "quantized_group dequantization is not implemented yet",
+			dtype: formats.F32, logical: formats.GroupQuantized{Bits: 4, RowLength: 16, GroupSize: 8, Codes: "packed_weight",
+				ContainerBits: 32, PerContainer: 8, Scales: "scales", ScaleDType: formats.BF16, Zeros: "zeros", ZeroDType: formats.BF16},
+		},
+		rtObject{
+			name: "gptq_checkpoint", shape: []uint64{16, 8}, format: "quantized_group",
+			attrs: map[string]any{"bits": 4, "group_size": 8, "orientation": "gptq"},
+			comps: []spec{
+				{"g_idx", "i32", gIdx(16, 2)},
+				{"packed_weight", "i32", randomBytes(14, 2*8*4)},
+				{"scales", "f16", f16Bytes(2 * 8)},
+				{"zeros", "i32", randomBytes(15, 2*4)},
+			},
+			dtype: formats.F32, logical: formats.GroupQuantized{Bits: 4, GroupSize: 8, Codes: "packed_weight",
+				ContainerBits: 32, PerContainer: 8, Scales: "scales", ScaleDType: formats.F16, Zeros: "zeros", ZeroDType: formats.I32,
+				ZerosPacked: true, ZeroOffset: 1, PackedAlongRows: true, GIdx: "g_idx"},
 		},
 		rtObject{
 			name: "vendor", shape: []uint64{5}, format: "x.vendor/2",
@@ -447,4 +461,23 @@ func TestManyTensors(t *testing.T) {
 	if len(c.Tensors) != n || c.Tensors[n-1].Name != fmt.Sprintf("t%06d", n-1) {
 		t.Fatalf("%d tensors", len(c.Tensors))
 	}
+}
+
+// gIdx is a valid act-order group index: rows assigned to groups 0..groups−1
+// out of order.
+func gIdx(rows, groups int) []byte {
+	b := make([]byte, 4*rows)
+	for i := 0; i < rows; i++ {
+		b[4*i] = byte((i * 7) % groups)
+	}
+	return b
+}
+
+// f16Bytes are n finite half-precision scales.
+func f16Bytes(n int) []byte {
+	b := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		b[2*i+1] = 0x2C + byte(i%8) // 2^-4 .. 2^-1 range, positive
+	}
+	return b
 }

@@ -236,6 +236,8 @@ func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 			return formats.DTypeInfo{}, fmt.Errorf("shape %v is not the quantized [%d %d]", t.Shape, l.Rows, l.Cols)
 		}
 		dt = formats.F32
+	case formats.GroupQuantized:
+		dt = formats.F32
 	default:
 		return formats.DTypeInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
 	}
@@ -346,6 +348,13 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		}
 		d.out = newCached(p.opts.Cache, p.opts.BlockSize, d)
 		return d.out, nil
+	case formats.GroupQuantized:
+		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
+		return g.out, nil
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
 }

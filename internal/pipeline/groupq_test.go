@@ -1,0 +1,270 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+
+	"github.com/x448/float16"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+// groupCase is a group-quantized tensor with random content and the
+// float32 values it must dequantize to, computed element by element.
+type groupCase struct {
+	name   string
+	shape  []uint64
+	l      formats.GroupQuantized
+	comps  map[string][]byte
+	dtypes map[string]formats.DType
+}
+
+// pack writes codes (already masked to bits) into containers.
+func pack(codes []uint64, bits, per, containerBits int) []byte {
+	cb := containerBits / 8
+	out := make([]byte, (len(codes)+per-1)/per*cb)
+	for i, q := range codes {
+		shift := uint(i%per) * uint(bits)
+		for k := 0; k < cb; k++ {
+			out[i/per*cb+k] |= byte(q << shift >> (8 * k))
+		}
+	}
+	return out
+}
+
+func f16s(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], float16.Fromfloat32(x).Bits())
+	}
+	return b
+}
+
+// reference dequantizes c one element at a time from the definitions.
+func (c *groupCase) reference() []byte {
+	n := uint64(1)
+	for _, d := range c.shape {
+		n *= d
+	}
+	l := c.l
+	per, cb := uint64(l.PerContainer), uint64(l.ContainerBits/8)
+	code := func(b []byte, container, slot uint64) int64 {
+		var word uint64
+		for k := uint64(0); k < cb; k++ {
+			word |= uint64(b[container*cb+k]) << (8 * k)
+		}
+		v := int64(word >> (slot * uint64(l.Bits)) & (1<<l.Bits - 1))
+		if l.Signed && v >= 1<<(l.Bits-1) {
+			v -= 1 << l.Bits
+		}
+		return v
+	}
+	num := func(role string, i uint64) float32 {
+		b := c.comps[role]
+		switch d := c.dtypes[role]; d {
+		case formats.F16:
+			return float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
+		case formats.F32:
+			return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		case formats.U8:
+			return float32(b[i])
+		case formats.I32:
+			return float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		default:
+			panic(d)
+		}
+	}
+	out := make([]byte, 4*n)
+	for e := uint64(0); e < n; e++ {
+		var q int64
+		var s, z float32
+		if !l.PackedAlongRows {
+			r, col := e/l.RowLength, e%l.RowLength
+			q = code(c.comps[l.Codes], r*((l.RowLength+per-1)/per)+col/per, col%per)
+			g := r*((l.RowLength+l.GroupSize-1)/l.GroupSize) + col/l.GroupSize
+			s = num(l.Scales, g)
+			if l.Zeros != "" {
+				z = num(l.Zeros, g)
+			}
+		} else {
+			cols := c.shape[1]
+			i, col := e/cols, e%cols
+			q = code(c.comps[l.Codes], (i/per)*cols+col, i%per)
+			g := i / l.GroupSize
+			if l.GIdx != "" {
+				g = uint64(num(l.GIdx, i))
+			}
+			s = num(l.Scales, g*cols+col)
+			if l.ZerosPacked {
+				z = float32(code(c.comps[l.Zeros], g*((cols+per-1)/per)+col/per, col%per)) + l.ZeroOffset
+			} else if l.Zeros != "" {
+				z = num(l.Zeros, g*cols+col)
+			}
+		}
+		binary.LittleEndian.PutUint32(out[4*e:], math.Float32bits((float32(q)-z)*s))
+	}
+	return out
+}
+
+func randomGroupCases(rng *rand.Rand) []*groupCase {
+	scales := func(n int) []byte {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * 0.01)
+		}
+		return f16s(v)
+	}
+	codes := func(n, bits int) []uint64 {
+		q := make([]uint64, n)
+		for i := range q {
+			q[i] = uint64(rng.Intn(1 << bits))
+		}
+		return q
+	}
+	var cases []*groupCase
+	// Row layout: rows of the last dimension, partial groups and
+	// containers at row ends; u8 zero points; 2, 3, 4 and 8 bits.
+	for _, tc := range []struct {
+		rows, cols, group, bits, per, container int
+	}{
+		{7, 33, 8, 4, 8, 32}, {5, 100, 32, 3, 10, 32}, {3, 64, 64, 2, 16, 32}, {6, 50, 7, 8, 4, 32}, {4, 17, 5, 4, 2, 8}, {1, 1, 1, 4, 8, 32},
+	} {
+		cpr, gpr := (tc.cols+tc.per-1)/tc.per, (tc.cols+tc.group-1)/tc.group
+		var q []uint64
+		for r := 0; r < tc.rows; r++ {
+			row := codes(tc.cols, tc.bits)
+			for len(row) < cpr*tc.per {
+				row = append(row, 0) // each row starts a new container
+			}
+			q = append(q, row...)
+		}
+		zeros := make([]byte, tc.rows*gpr)
+		for i := range zeros {
+			zeros[i] = byte(rng.Intn(1 << tc.bits))
+		}
+		cases = append(cases, &groupCase{
+			name:  fmt.Sprintf("rows %dx%d g%d b%d %d/%d", tc.rows, tc.cols, tc.group, tc.bits, tc.per, tc.container),
+			shape: []uint64{uint64(tc.rows), uint64(tc.cols)},
+			l: formats.GroupQuantized{Bits: tc.bits, RowLength: uint64(tc.cols), GroupSize: uint64(tc.group), Codes: "packed_weight",
+				ContainerBits: tc.container, PerContainer: tc.per, Scales: "scales", ScaleDType: formats.F16, Zeros: "zeros", ZeroDType: formats.U8},
+			comps:  map[string][]byte{"packed_weight": pack(q, tc.bits, tc.per, tc.container), "scales": scales(tc.rows * gpr), "zeros": zeros},
+			dtypes: map[string]formats.DType{"scales": formats.F16, "zeros": formats.U8},
+		})
+	}
+	// Signed 4-bit over the whole flattened tensor, no zero points (the
+	// INT4 KV-cache convention), with a partial last group.
+	n := 3 * 2 * 50
+	cases = append(cases, &groupCase{
+		name: "int4 kv", shape: []uint64{3, 2, 50},
+		l: formats.GroupQuantized{Bits: 4, Signed: true, RowLength: uint64(n), GroupSize: 64, Codes: "q4",
+			ContainerBits: 8, PerContainer: 2, Scales: "scales", ScaleDType: formats.F16},
+		comps:  map[string][]byte{"q4": pack(codes(n, 4), 4, 2, 8), "scales": scales((n + 63) / 64)},
+		dtypes: map[string]formats.DType{"scales": formats.F16},
+	})
+	// GPTQ: [in, out], codes packed along the input dimension, zero points
+	// packed along the output dimension, with and without g_idx.
+	for _, gidx := range []bool{false, true} {
+		in, out, group, bits, per := 40, 24, 16, 4, 8
+		groups := (in + group - 1) / group
+		qc := codes(in*out, bits)
+		// container (i/per, j) holds rows i%per of column j.
+		words := make([]uint64, ((in+per-1)/per)*out)
+		for i := 0; i < in; i++ {
+			for j := 0; j < out; j++ {
+				words[(i/per)*out+j] |= qc[i*out+j] << (uint(i%per) * uint(bits))
+			}
+		}
+		packed := make([]byte, 4*len(words))
+		for k, w := range words {
+			binary.LittleEndian.PutUint32(packed[4*k:], uint32(w))
+		}
+		zq := codes(groups*out, bits)
+		var zeroRows []uint64
+		for g := 0; g < groups; g++ {
+			row := zq[g*out : (g+1)*out]
+			zeroRows = append(zeroRows, row...)
+		}
+		c := &groupCase{
+			name: fmt.Sprintf("gptq gidx=%v", gidx), shape: []uint64{uint64(in), uint64(out)},
+			l: formats.GroupQuantized{Bits: bits, GroupSize: uint64(group), Codes: "qweight", ContainerBits: 32, PerContainer: per,
+				Scales: "scales", ScaleDType: formats.F16, Zeros: "qzeros", ZerosPacked: true, ZeroOffset: 1, PackedAlongRows: true},
+			comps:  map[string][]byte{"qweight": packed, "scales": scales(groups * out), "qzeros": pack(zeroRows, bits, per, 32)},
+			dtypes: map[string]formats.DType{"scales": formats.F16},
+		}
+		if gidx {
+			idx := make([]byte, 4*in)
+			for i := 0; i < in; i++ {
+				binary.LittleEndian.PutUint32(idx[4*i:], uint32(rng.Intn(groups)))
+			}
+			c.l.GIdx, c.comps["g_idx"], c.dtypes["g_idx"] = "g_idx", idx, formats.I32
+		}
+		cases = append(cases, c)
+	}
+	return cases
+}
+
+func (c *groupCase) tensor(b *fileBuilder) *formats.Tensor {
+	t := &formats.Tensor{Name: c.name, Shape: c.shape, DType: formats.F32, Logical: c.l}
+	for _, role := range []string{"packed_weight", "q4", "qweight", "scales", "zeros", "qzeros", "g_idx"} {
+		if data, ok := c.comps[role]; ok {
+			t.Components = append(t.Components, rawComponent(role, formats.U8, b.add(data), data))
+		}
+	}
+	return t
+}
+
+func TestGroupDequantized(t *testing.T) {
+	cases := randomGroupCases(rand.New(rand.NewSource(3)))
+	var b fileBuilder
+	tensors := make([]*formats.Tensor, len(cases))
+	for i, c := range cases {
+		tensors[i] = c.tensor(&b)
+	}
+	src := b.open(t)
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := newTestPipeline(t, src, Options{BlockSize: 256})
+			r, err := p.NPY(tensors[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mustReadAll(t, r)
+			want := c.reference()
+			if !bytes.Equal(got[len(got)-len(want):], want) {
+				t.Fatal("dequantized values differ from the reference")
+			}
+			checkRandomReads(t, r, got, int64(i))
+		})
+	}
+}
+
+func TestGroupDequantizedErrors(t *testing.T) {
+	cases := randomGroupCases(rand.New(rand.NewSource(4)))
+	var b fileBuilder
+	short := cases[0].tensor(&b)
+	short.Component("scales").Length -= 2
+	short.Component("scales").Size -= 2
+	gptq := cases[len(cases)-1]
+	idx := gptq.comps["g_idx"]
+	binary.LittleEndian.PutUint32(idx[4*5:], 99) // row 5 names a group that does not exist
+	badIdx := gptq.tensor(&b)
+	src := b.open(t)
+	for _, tc := range []struct {
+		t    *formats.Tensor
+		want string
+	}{{short, "group scales need"}, {badIdx, "row 5: group index 99"}} {
+		p := newTestPipeline(t, src, Options{})
+		r, err := p.NPY(tc.t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.t.Name, err, tc.want)
+		}
+	}
+}
