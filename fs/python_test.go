@@ -87,6 +87,7 @@ func TestNumPyReadsTheMount(t *testing.T) {
 		"mcf/tiny_q8.mcf",
 		"mcf/tiny_bf16.mcf",
 		"mcf/tiny_quantembed_int4.mcf",
+		"safetensors/kv_cache/kv_tinyllama_2layers_seq3_int4packed_g64.safetensors",
 	}
 	expected := map[string]fixtures.File{}
 	for _, fx := range fixtures.All() {
@@ -126,5 +127,30 @@ func TestNumPyReadsTheMount(t *testing.T) {
 			}
 			t.Log(strings.TrimSpace(text))
 		})
+	}
+}
+
+// With --npy-dtype float16, numpy.load sees float16 for computed tensors
+// (dequantized, widened), the float32 values rounded, and float32 where
+// the file stores float32.
+func TestNumPyFloat16Mount(t *testing.T) {
+	python := testenv.Python(t)
+	file := filepath.Join(fixtures.Dir(), "mcf/tiny_k4.mcf")
+	mnt32, _ := mountFixture(t, file, session.Options{})
+	mnt16, _ := mountFixture(t, file, session.Options{NPYFloat16: true})
+	script := `
+import sys, numpy as np
+a = np.load(sys.argv[1] + "/tensors/model.embed_tokens.weight/tensor.npy")
+h = np.load(sys.argv[2] + "/tensors/model.embed_tokens.weight/tensor.npy")
+n32 = np.load(sys.argv[1] + "/tensors/model.norm.weight/tensor.npy")
+n16 = np.load(sys.argv[2] + "/tensors/model.norm.weight/tensor.npy")
+assert a.dtype == np.float32 and h.dtype == np.float16 and h.shape == a.shape, (a.dtype, h.dtype)
+assert (a.astype(np.float16) == h).all()
+assert n16.dtype == np.float32 and (n16 == n32).all()
+print("ok")
+`
+	out, err := exec.Command(python, "-c", script, mnt32, mnt16).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("numpy: %v\n%s", err, out)
 	}
 }

@@ -1,7 +1,8 @@
 // Package quant converts stored numeric encodings that NumPy lacks—bfloat16,
 // the float8 and float4 variants, and later block-quantized weights—into
-// the NumPy types tensor.npy holds. Every conversion is exact and works on
-// whole runs of elements.
+// the NumPy types tensor.npy holds. Every conversion to float32 is exact;
+// those to float16 (WidenerToF16For, F32ToF16) round to nearest even. All
+// work on whole runs of elements.
 package quant
 
 import (
@@ -60,7 +61,11 @@ func WidenerFor(d formats.DType) *Widener {
 // bitmask dtype) into one NumPy bool per element.
 func bitmaskToBool(dst, src []byte, n int) {
 	dst = dst[:n]
-	for i := range dst {
+	whole := n / 8
+	for j, b := range src[:whole] {
+		binary.LittleEndian.PutUint64(dst[8*j:], bitmaskTable[b])
+	}
+	for i := 8 * whole; i < n; i++ {
 		dst[i] = src[i>>3] >> (7 - i&7) & 1
 	}
 }
@@ -69,37 +74,82 @@ func bitmaskToBool(dst, src []byte, n int) {
 // first, into signed bytes.
 func int4Offset8ToI8(dst, src []byte, n int) {
 	dst = dst[:n]
-	for i := range dst {
-		dst[i] = byte(int8(src[i>>1]>>(4*(i&1))&0xF) - 8)
+	whole := n / 2
+	for j, b := range src[:whole] {
+		binary.LittleEndian.PutUint16(dst[2*j:], int4PairTable[b])
+	}
+	if n%2 == 1 {
+		dst[n-1] = byte(int8(src[whole]&0xF) - 8)
 	}
 }
 
+// bf16ToF32 places each bfloat16 in the top half of a float32, four
+// elements per step.
 func bf16ToF32(dst, src []byte, n int) {
 	dst, src = dst[:4*n], src[:2*n]
-	for i := 0; i < n; i++ {
+	for len(src) >= 8 {
+		x := binary.LittleEndian.Uint64(src)
+		d := dst[:16]
+		binary.LittleEndian.PutUint64(d, x&0xFFFF<<16|x&0xFFFF0000<<32)
+		binary.LittleEndian.PutUint64(d[8:], x>>16&0xFFFF0000|x&0xFFFF000000000000)
+		src, dst = src[8:], dst[16:]
+	}
+	for i := range len(src) / 2 {
 		binary.LittleEndian.PutUint32(dst[4*i:], uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16)
 	}
 }
 
+// table8 converts one byte per element through t, eight elements per step.
 func table8(t *[256]uint32) *Widener {
 	return &Widener{8, 4, func(dst, src []byte, n int) {
 		dst, src = dst[:4*n], src[:n]
+		for len(src) >= 8 {
+			s, d := src[:8], dst[:32]
+			binary.LittleEndian.PutUint64(d[0:], uint64(t[s[0]])|uint64(t[s[1]])<<32)
+			binary.LittleEndian.PutUint64(d[8:], uint64(t[s[2]])|uint64(t[s[3]])<<32)
+			binary.LittleEndian.PutUint64(d[16:], uint64(t[s[4]])|uint64(t[s[5]])<<32)
+			binary.LittleEndian.PutUint64(d[24:], uint64(t[s[6]])|uint64(t[s[7]])<<32)
+			src, dst = src[8:], dst[32:]
+		}
 		for i, b := range src {
 			binary.LittleEndian.PutUint32(dst[4*i:], t[b])
 		}
 	}}
 }
 
+// f4ToF32 converts a whole byte (two elements) per lookup; an odd count
+// uses only the low nibble of the last byte.
 func f4ToF32(dst, src []byte, n int) {
 	dst = dst[:4*n]
-	for i := 0; i < n; i++ {
-		nibble := src[i/2] >> (4 * (i % 2)) & 0xF
-		binary.LittleEndian.PutUint32(dst[4*i:], f4e2m1Table[nibble])
+	whole := src[:n/2]
+	t := &f4PairTable
+	for len(whole) >= 4 {
+		s, d := whole[:4], dst[:32]
+		binary.LittleEndian.PutUint64(d[0:], t[s[0]])
+		binary.LittleEndian.PutUint64(d[8:], t[s[1]])
+		binary.LittleEndian.PutUint64(d[16:], t[s[2]])
+		binary.LittleEndian.PutUint64(d[24:], t[s[3]])
+		whole, dst = whole[4:], dst[32:]
+	}
+	for j, b := range whole {
+		binary.LittleEndian.PutUint64(dst[8*j:], t[b])
+	}
+	if n%2 == 1 {
+		binary.LittleEndian.PutUint32(dst[len(dst)-4:], f4e2m1Table[src[n/2]&0xF])
 	}
 }
 
+// normalizeBool maps every non-zero byte to 1, eight bytes per step.
 func normalizeBool(dst, src []byte, n int) {
 	dst, src = dst[:n], src[:n]
+	const low7, ones = 0x7F7F7F7F7F7F7F7F, 0x0101010101010101
+	for len(src) >= 8 {
+		x := binary.LittleEndian.Uint64(src)
+		// Per byte, bit 7 of (b&0x7F)+0x7F | b is set exactly when b != 0;
+		// no byte's sum carries into the next.
+		binary.LittleEndian.PutUint64(dst, ((x&low7+low7)|x)>>7&ones)
+		src, dst = src[8:], dst[8:]
+	}
 	for i, b := range src {
 		if b != 0 {
 			dst[i] = 1
@@ -161,7 +211,38 @@ var (
 	f8e5m2fnuzTable = minifloat{expBits: 5, mantBits: 2, bias: 16, uzNaN: true}.table()
 	f4e2m1Table     = minifloat{expBits: 2, mantBits: 1, bias: 1}.table()
 	f8e8m0Table     = e8m0Table()
+	f4PairTable     = pairTable64(&f4e2m1Table)
+	bitmaskTable    = bitmaskBytes()
+	int4PairTable   = int4Pairs()
 )
+
+// pairTable64 maps a byte holding two 4-bit codes, the first in the low
+// nibble, to the two 32-bit outputs as one little-endian uint64.
+func pairTable64(t *[256]uint32) (p [256]uint64) {
+	for b := range p {
+		p[b] = uint64(t[b&0xF]) | uint64(t[b>>4])<<32
+	}
+	return p
+}
+
+// bitmaskBytes maps a bitmask byte to its eight bools, most significant
+// bit first, as one little-endian uint64.
+func bitmaskBytes() (t [256]uint64) {
+	for b := range t {
+		for k := range 8 {
+			t[b] |= uint64(b>>(7-k)&1) << (8 * k)
+		}
+	}
+	return t
+}
+
+// int4Pairs maps a byte of two offset-8 codes to their two signed bytes.
+func int4Pairs() (t [256]uint16) {
+	for b := range t {
+		t[b] = uint16(byte(int8(b&0xF)-8)) | uint16(byte(int8(b>>4)-8))<<8
+	}
+	return t
+}
 
 // e8m0Table: an unsigned exponent only, 2^(b−127), with 0xFF as NaN.
 func e8m0Table() (t [256]uint32) {

@@ -185,23 +185,3 @@ func TestNativeTypesNeedNoWidener(t *testing.T) {
 		}
 	}
 }
-
-func BenchmarkWidenBF16(b *testing.B) {
-	const n = 1 << 20
-	src, dst := make([]byte, 2*n), make([]byte, 4*n)
-	w := WidenerFor(formats.BF16)
-	b.SetBytes(4 * n)
-	for i := 0; i < b.N; i++ {
-		w.Convert(dst, src, n)
-	}
-}
-
-func BenchmarkWidenF8(b *testing.B) {
-	const n = 1 << 20
-	src, dst := make([]byte, n), make([]byte, 4*n)
-	w := WidenerFor(formats.F8E4M3)
-	b.SetBytes(4 * n)
-	for i := 0; i < b.N; i++ {
-		w.Convert(dst, src, n)
-	}
-}

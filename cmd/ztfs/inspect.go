@@ -21,8 +21,9 @@ import (
 
 func newInspectCommand() *cobra.Command {
 	var asJSON, verify bool
+	var npyDType npyDTypeFlag
 	cmd := &cobra.Command{
-		Use:   "inspect [--json] [--verify] SOURCE",
+		Use:   "inspect [--json] [--verify] [--npy-dtype T] SOURCE",
 		Short: "Print what a mount of SOURCE would show, without FUSE",
 		Long: `Print a table of the tensors in SOURCE: name, shape, dtype, layout, stored and
 decoded size, encoding. With --json print exactly the manifest.json a mount of
@@ -30,16 +31,17 @@ SOURCE shows. With --verify also check every digest the file records (over the
 stored bytes) and exit with status 1 if one does not match.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runInspect(args[0], asJSON, verify, os.Stdout, os.Stderr)
+			return runInspect(args[0], asJSON, verify, session.Options{CacheSize: 64 << 20, NPYFloat16: npyDType.half()}, os.Stdout, os.Stderr)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print manifest.json")
 	cmd.Flags().BoolVar(&verify, "verify", false, "check every recorded digest")
+	cmd.Flags().Var(&npyDType, "npy-dtype", npyDTypeUsage+" (as the mount would show it)")
 	return cmd
 }
 
-func runInspect(source string, asJSON, verify bool, stdout, stderr io.Writer) error {
-	s, err := session.Open(source, session.Options{CacheSize: 64 << 20})
+func runInspect(source string, asJSON, verify bool, opts session.Options, stdout, stderr io.Writer) error {
+	s, err := session.Open(source, opts)
 	if err != nil {
 		return withCode(exitError, err)
 	}

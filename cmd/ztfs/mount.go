@@ -30,6 +30,7 @@ type mountFlags struct {
 	debug      bool
 	verify     bool
 	noVerify   bool
+	npyDType   npyDTypeFlag
 	logFile    string
 	readyFd    int // set by a parent ztfs waiting for its background server
 }
@@ -57,6 +58,7 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
 	fl.BoolVar(&f.verify, "verify", false, "check every component's digest before serving its first byte; mismatches read as EIO")
+	fl.Var(&f.npyDType, "npy-dtype", npyDTypeUsage)
 	fl.BoolVar(&f.noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes (checked by default)")
 	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else syslog)")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
@@ -127,7 +129,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
 	verify, _ := verifyMode(f.verify, f.noVerify)
-	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: verify,
+	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: verify, NPYFloat16: f.npyDType.half(),
 		Logf: func(format string, args ...any) { logf(format, args...) }})
 	if err != nil {
 		return err

@@ -115,6 +115,7 @@ func build(c *formats.Container, h *header, secs []*section, x *index, qi *quant
 	c.Attributes = attrs
 
 	// Aliases: tensors whose extents coincide.
+	const maxAliasesListed = 8
 	type extent struct{ off, size uint64 }
 	shared := map[extent][]string{}
 	for _, e := range x.entries {
@@ -125,13 +126,18 @@ func build(c *formats.Container, h *header, secs []*section, x *index, qi *quant
 	for i, e := range x.entries {
 		t := tensor(e)
 		if names := shared[extent{e.off, e.size}]; len(names) > 1 {
+			// A file may alias one payload many times: list a few, count all,
+			// so that the manifest grows linearly with the tensors.
 			var others []any
 			for _, n := range names {
-				if n != e.name {
+				if n != e.name && len(others) < maxAliasesListed {
 					others = append(others, n)
 				}
 			}
 			t.Attributes["shares_data_with"] = others
+			if len(names)-1 > maxAliasesListed {
+				t.Attributes["shares_data_with_count"] = uint64(len(names) - 1)
+			}
 		}
 		c.Tensors[i] = t
 	}
@@ -197,6 +203,7 @@ func tensor(e *entry) *formats.Tensor {
 			t.Attributes["super_blocks_per_row"] = l.SuperPerRow
 			sub := region("sub_scales", formats.U8, e.off+l.SubScales.Offset, l.SubScales.Length)
 			sub.Codecs = []formats.Codec{formats.AndMask{Mask: 0x3F}}
+			sub.StoredAttributes = map[string]any{"note": "the file holds the 6-bit sub-scales: bits 6 and 7 of each stored byte are masked off"}
 			t.Components = []*formats.Component{payload, region("super_scales", formats.F16, e.off+l.Scales.Offset, l.Scales.Length), sub, codes}
 			q.SuperBlocks, q.SuperScales, q.SubScales = quantSuperBlocks, "super_scales", "sub_scales"
 		}

@@ -99,6 +99,9 @@ func floats(t Tensor) ([]float32, bool, error) {
 		}
 		n *= d
 	}
+	if n > math.MaxInt/8 {
+		return nil, false, fmt.Errorf("tensor %q: shape %v is too large", t.Name, t.Shape)
+	}
 	if uint64(len(t.Data)) != n*uint64(width) {
 		return nil, false, fmt.Errorf("tensor %q: %d bytes for %d elements of %d bytes", t.Name, len(t.Data), n, width)
 	}

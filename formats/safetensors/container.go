@@ -7,18 +7,16 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// container maps a validated header onto the format-neutral model. The
-// data buffer starts at dataStart in the file.
+// container maps a validated header onto the format-neutral model, tensors
+// sorted by name. The data buffer starts at dataStart in the file.
 func container(h *header, dataStart uint64) *formats.Container {
-	tensors := make([]*formats.Tensor, 0, len(h.entries))
-	for _, e := range h.entries {
-		tensors = append(tensors, tensor(e, dataStart))
-	}
-	slices.SortFunc(tensors, func(a, b *formats.Tensor) int { return strings.Compare(a.Name, b.Name) })
+	ts, warnings := mapTensors(h, dataStart)
+	slices.SortFunc(ts, func(a, b *formats.Tensor) int { return strings.Compare(a.Name, b.Name) })
 	return &formats.Container{
 		Format:     "safetensors",
 		Attributes: h.metadata,
-		Tensors:    tensors,
+		Tensors:    ts,
+		Warnings:   warnings,
 	}
 }
 

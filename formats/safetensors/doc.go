@@ -7,4 +7,10 @@
 // rejects repeated tensor names, and it maps them onto the format-neutral
 // model of package formats. Write produces files in the official writer's
 // byte layout.
+//
+// Packed INT4 KV caches (the ztfs convention, marked by the metadata
+// int4_packing: u8_lo_first) are mapped onto one quantized_group tensor per
+// pair <name>.q4 + <name>.scales; a pair that cannot be combined stays two
+// plain tensors, with the reason in their attributes and in the container's
+// warnings. PackInt4KV and Int4KVMetadata write such files.
 package safetensors

@@ -31,6 +31,9 @@ func FuzzOpen(f *testing.F) {
 		f.Add(c.file)
 	}
 	f.Add(mkfile(`{"__metadata__":{"k":"v"},"a":{"dtype":"F4","shape":[2,2],"data_offsets":[0,2]},"b":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[2,5]}}`, make([]byte, 5)))
+	int4 := `"__metadata__":{"group_size":"2","int4_packing":"u8_lo_first","int4_scheme":"symmetric"}`
+	f.Add(mkfile(`{`+int4+`,"k.scales":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"k.q4":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}`, make([]byte, 6)))
+	f.Add(mkfile(`{`+int4+`,"k.scales":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},"k.q4":{"dtype":"U8","shape":[0,9223372036854775808],"data_offsets":[2,2]},"v.q4":{"dtype":"U8","shape":[],"data_offsets":[2,3]}}`, make([]byte, 3)))
 	f.Fuzz(func(t *testing.T, file []byte) {
 		c, err := openBytes(file)
 		if err != nil {

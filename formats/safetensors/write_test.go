@@ -77,20 +77,35 @@ func TestRewriteFixtures(t *testing.T) {
 	}
 }
 
-// sameContents compares two opened files tensor by tensor.
+// sameContents compares two opened files tensor by tensor, and stored
+// tensor by stored tensor.
 func sameContents(t *testing.T, a *formats.Container, fa []byte, b *formats.Container, fb []byte) {
 	t.Helper()
 	if fmt.Sprint(a.Attributes) != fmt.Sprint(b.Attributes) {
 		t.Fatalf("attributes %v, then %v", a.Attributes, b.Attributes)
+	}
+	if !slices.Equal(a.Warnings, b.Warnings) {
+		t.Fatalf("warnings %q, then %q", a.Warnings, b.Warnings)
 	}
 	if len(a.Tensors) != len(b.Tensors) {
 		t.Fatalf("%d tensors, then %d", len(a.Tensors), len(b.Tensors))
 	}
 	for i, ta := range a.Tensors {
 		tb := b.Tensors[i]
-		if ta.Name != tb.Name || ta.DType != tb.DType || !slices.Equal(ta.Shape, tb.Shape) ||
-			!bytes.Equal(stored(t, fa, ta), stored(t, fb, tb)) {
+		if ta.Name != tb.Name || ta.DType != tb.DType || !slices.Equal(ta.Shape, tb.Shape) || ta.Layout != tb.Layout ||
+			fmt.Sprint(ta.Attributes) != fmt.Sprint(tb.Attributes) {
 			t.Fatalf("tensor %q %s %v became %q %s %v", ta.Name, ta.DType, ta.Shape, tb.Name, tb.DType, tb.Shape)
+		}
+	}
+	sa, sb := storedTensors(a), storedTensors(b)
+	if len(sa) != len(sb) {
+		t.Fatalf("%d stored tensors, then %d", len(sa), len(sb))
+	}
+	for i, x := range sa {
+		y := sb[i]
+		if x.name != y.name || x.dtype != y.dtype || !slices.Equal(x.shape, y.shape) ||
+			!bytes.Equal(fa[x.c.Offset:x.c.Offset+x.c.Length], fb[y.c.Offset:y.c.Offset+y.c.Length]) {
+			t.Fatalf("stored tensor %q %s %v became %q %s %v", x.name, x.dtype, x.shape, y.name, y.dtype, y.shape)
 		}
 	}
 }

@@ -103,8 +103,26 @@ func (d *dequantized) block(k int64) ([]byte, error) {
 	return out, nil
 }
 
-// fill writes elements [e0, e1) of the tensor to out.
+// maxBlocksPerStep bounds the quantization blocks one step of fill decodes:
+// a narrow tensor (fewer than 32 columns) has a block per row, and a whole
+// output block of rows would otherwise mean decoding 32 times its size.
+const maxBlocksPerStep = 8192
+
+// fill writes elements [e0, e1) of the tensor to out, a bounded number of
+// quantization blocks at a time.
 func (d *dequantized) fill(out []byte, e0, e1 uint64) error {
+	step := maxBlocksPerStep * min(d.l.Cols, 32)
+	for a := e0; a < e1; a += step {
+		b := min(e1, a+step)
+		if err := d.fillStep(out[4*(a-e0):4*(b-e0)], a, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fillStep writes elements [e0, e1) of the tensor to out.
+func (d *dequantized) fillStep(out []byte, e0, e1 uint64) error {
 	cols := d.l.Cols
 	blockOf := func(e uint64) uint64 { r := e / cols; return r*d.bpr + (e-r*cols)/32 }
 	bi0, bi1 := blockOf(e0), blockOf(e1-1)+1

@@ -268,3 +268,50 @@ func TestGroupDequantizedErrors(t *testing.T) {
 		}
 	}
 }
+
+// With NPYFloat16 every computed tensor.npy (widened, dequantized) holds
+// the float32 result rounded to float16; stored float32 stays as it is.
+func TestNPYFloat16(t *testing.T) {
+	cases := randomGroupCases(rand.New(rand.NewSource(5)))
+	var b fileBuilder
+	group := cases[0].tensor(&b)
+	bf16 := []byte{0x80, 0x3F, 0x00, 0xC0, 0x49, 0x40, 0x80, 0x7F} // 1, -2, 3.140625, +Inf
+	bfOff := b.add(bf16)
+	f32 := f32Bytes(1.5, -2)
+	f32Off := b.add(f32)
+	src := b.open(t)
+	bfTensor := &formats.Tensor{Name: "bf", Shape: []uint64{4}, DType: formats.BF16,
+		Components: []*formats.Component{rawComponent("data", formats.BF16, bfOff, bf16)}, Logical: formats.Dense{Role: "data", DType: formats.BF16}}
+	f32Tensor := &formats.Tensor{Name: "f", Shape: []uint64{2}, DType: formats.F32,
+		Components: []*formats.Component{rawComponent("data", formats.F32, f32Off, f32)}, Logical: formats.Dense{Role: "data", DType: formats.F32}}
+	half := func(f32 []byte) []byte {
+		out := make([]byte, len(f32)/2)
+		for i := 0; i < len(f32)/4; i++ {
+			binary.LittleEndian.PutUint16(out[2*i:], float16.Fromfloat32(math.Float32frombits(binary.LittleEndian.Uint32(f32[4*i:]))).Bits())
+		}
+		return out
+	}
+	p := newTestPipeline(t, src, Options{NPYFloat16: true, BlockSize: 512})
+	for _, tc := range []struct {
+		tensor *formats.Tensor
+		descr  string
+		want   []byte
+	}{
+		{group, "<f2", half(cases[0].reference())},
+		{bfTensor, "<f2", []byte{0x00, 0x3C, 0x00, 0xC0, 0x48, 0x42, 0x00, 0x7C}},
+		{f32Tensor, "<f4", f32},
+	} {
+		info, err := p.NPYOf(tc.tensor)
+		if err != nil || info.Descr != tc.descr {
+			t.Fatalf("%s: %+v %v", tc.tensor.Name, info, err)
+		}
+		r, err := p.NPY(tc.tensor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := mustReadAll(t, r)
+		if int64(len(got)) != int64(info.Size) || !bytes.Equal(got[len(info.Header):], tc.want) {
+			t.Errorf("%s: tensor.npy data % x, want % x", tc.tensor.Name, got[len(info.Header):min(len(got), len(info.Header)+16)], tc.want[:min(16, len(tc.want))])
+		}
+	}
+}

@@ -32,6 +32,9 @@ type Options struct {
 	Verify VerifyMode
 	// Decoders bounds the zstd decoders alive at once; default 4.
 	Decoders int
+	// NPYFloat16 makes tensor.npy float16 instead of float32 wherever ztfs
+	// computes the values (widened small floats, dequantized codes).
+	NPYFloat16 bool
 	// Logf receives notes that are not errors of a read, such as a digest
 	// that cannot be verified. Nil discards them.
 	Logf func(format string, args ...any)
@@ -257,12 +260,37 @@ func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 // maxNPYDims is the most dimensions NumPy 1.x arrays may have (2.x: 64).
 const maxNPYDims = 32
 
-// NPYOf returns what t's tensor.npy holds, without reading anything, or an
-// error saying why t has none.
-func NPYOf(t *formats.Tensor) (NPYInfo, error) {
+// NPYOf returns what t's tensor.npy holds with float32 output (the
+// default), without reading anything, or an error saying why t has none.
+func NPYOf(t *formats.Tensor) (NPYInfo, error) { return npyOf(t, false) }
+
+// NPYOf returns what t's tensor.npy holds under p's options.
+func (p *Pipeline) NPYOf(t *formats.Tensor) (NPYInfo, error) { return npyOf(t, p.opts.NPYFloat16) }
+
+// narrowed reports whether t's tensor.npy is float16 rather than float32
+// when float16 output is asked for: only values ztfs computes (widened
+// small floats, dequantized codes), never a float32 stored as such.
+func narrowed(t *formats.Tensor, half bool) bool {
+	if !half {
+		return false
+	}
+	switch l := t.Logical.(type) {
+	case formats.Dense:
+		info, _ := l.DType.Info()
+		return info.NPY == "<f4" && quant.WidenerFor(l.DType) != nil
+	case formats.BlockQuantized, formats.GroupQuantized:
+		return true
+	}
+	return false
+}
+
+func npyOf(t *formats.Tensor, half bool) (NPYInfo, error) {
 	info, err := npyDType(t)
 	if err != nil {
 		return NPYInfo{}, err
+	}
+	if narrowed(t, half) {
+		info.NPY, info.NPYBits = "<f2", 16
 	}
 	shape := t.Shape
 	if shape == nil {
@@ -284,7 +312,7 @@ func NPYOf(t *formats.Tensor) (NPYInfo, error) {
 // NPY returns t's tensor.npy: a NumPy header followed by the logical
 // tensor, dense, row-major and little-endian. It fails when t has none.
 func (p *Pipeline) NPY(t *formats.Tensor) (Reader, error) {
-	info, err := NPYOf(t)
+	info, err := p.NPYOf(t)
 	if err != nil {
 		return nil, err
 	}
@@ -296,6 +324,11 @@ func (p *Pipeline) NPY(t *formats.Tensor) (Reader, error) {
 	body, err := p.npyBody(t)
 	if err != nil {
 		body = failing{err}
+	}
+	if narrowed(t, p.opts.NPYFloat16) {
+		if _, dense := t.Logical.(formats.Dense); !dense {
+			body = newElementwise(body, 32, 2, -1, quant.F32ToF16)
+		}
 	}
 	r := withContext(&concat{prefix: info.Header, body: body}, fmt.Sprintf("tensor %q: tensor.npy", t.Name))
 	p.npys[t] = r
@@ -326,6 +359,10 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		}
 		data = exactSize{data, int64(size)}
 		info, _ := l.DType.Info()
+		if narrowed(t, p.opts.NPYFloat16) {
+			w := quant.WidenerToF16For(l.DType)
+			return newElementwise(data, w.InBits, w.OutBytes, int64(n), w.Convert), nil
+		}
 		if w := quant.WidenerFor(l.DType); w != nil {
 			return newElementwise(data, w.InBits, w.OutBytes, int64(n), w.Convert), nil
 		}

@@ -22,6 +22,8 @@ type Options struct {
 	// Verify says which digests are checked before a component's first
 	// byte is served.
 	Verify pipeline.VerifyMode
+	// NPYFloat16 makes computed tensor.npy values float16 (--npy-dtype).
+	NPYFloat16 bool
 	// Logf receives notes of the pipeline; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -56,7 +58,7 @@ func open(src *pipeline.Source, path string, opts Options) (*Session, error) {
 		return nil, err
 	}
 	blocks := cache.New(opts.CacheSize)
-	p, err := pipeline.New(src, pipeline.Options{Cache: blocks, BlockSize: opts.BlockSize, Verify: opts.Verify, Logf: opts.Logf})
+	p, err := pipeline.New(src, pipeline.Options{Cache: blocks, BlockSize: opts.BlockSize, Verify: opts.Verify, NPYFloat16: opts.NPYFloat16, Logf: opts.Logf})
 	if err != nil {
 		return nil, err
 	}

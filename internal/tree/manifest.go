@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/pipeline"
 )
 
 // ManifestVersion is the value of "ztfs_manifest": it changes only when
@@ -109,7 +108,7 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
 		return fmt.Errorf("tensor %q: attributes: %w", t.Name, err)
 	}
 	w.key("npy")
-	if info, err := pipeline.NPYOf(t); err != nil {
+	if info, err := tr.p.NPYOf(t); err != nil {
 		w.null()
 		w.strField("npy_missing", err.Error())
 	} else {

@@ -1,0 +1,691 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+const (
+	packedFixture = "kv_cache/kv_tinyllama_2layers_seq3_int4packed_g64.safetensors"
+	simFixture    = "kv_cache/kv_tinyllama_2layers_seq3_int4sim_g64.safetensors"
+	f32Fixture    = "kv_cache/kv_tinyllama_2layers_seq3_f32.safetensors"
+)
+
+var kvNames = []string{"layer_0_key", "layer_0_value", "layer_1_key", "layer_1_value"}
+
+// dequantInt4 is the test's own reading of the convention, written apart
+// from the reader on purpose: value[i] = float32(scale[i/G]) × q[i], with
+// q[i] the two's-complement nibble i of the codes (even elements in the
+// low nibble) and the F16 scale decoded by minifloat, exactly.
+func dequantInt4(t *testing.T, file []byte, tn *formats.Tensor) []float32 {
+	t.Helper()
+	codes := file[tn.Component("packed_weight").Offset:][:tn.Component("packed_weight").Length]
+	scales := file[tn.Component("scales").Offset:][:tn.Component("scales").Length]
+	g := int(tn.Attributes["group_size"].(int64))
+	out := make([]float32, 2*len(codes))
+	for i := range out {
+		nibble := codes[i/2] >> (4 * (i % 2)) & 0xF
+		q := int(nibble)
+		if q >= 8 {
+			q -= 16
+		}
+		scale := float32(minifloat(uint64(binary.LittleEndian.Uint16(scales[2*(i/g):])), 5, 10, 15))
+		out[i] = scale * float32(q)
+	}
+	return out
+}
+
+var npyShape = regexp.MustCompile(`'shape': \(([0-9, ]*)\)`)
+
+// readNPYF32 reads a NumPy 1.0 file of little-endian float32 values.
+func readNPYF32(t *testing.T, rel string) ([]uint64, []float32) {
+	t.Helper()
+	b := readFixture(t, rel)
+	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" || b[6] != 1 {
+		t.Fatalf("%s: not a NumPy 1.x file", rel)
+	}
+	start := 10 + int(binary.LittleEndian.Uint16(b[8:]))
+	hdr := string(b[10:start])
+	if !strings.Contains(hdr, "'descr': '<f4'") || !strings.Contains(hdr, "'fortran_order': False") {
+		t.Fatalf("%s: header %q", rel, hdr)
+	}
+	m := npyShape.FindStringSubmatch(hdr)
+	if m == nil {
+		t.Fatalf("%s: no shape in %q", rel, hdr)
+	}
+	var shape []uint64
+	for _, f := range strings.Split(m[1], ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			d, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shape = append(shape, d)
+		}
+	}
+	data := b[start:]
+	vals := make([]float32, len(data)/4)
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[4*i:]))
+	}
+	return shape, vals
+}
+
+// f32Values returns the values of a dense F32 tensor.
+func f32Values(file []byte, tn *formats.Tensor) []float32 {
+	d := tn.Component("data")
+	raw := file[d.Offset : d.Offset+d.Length]
+	out := make([]float32, len(raw)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out
+}
+
+// TestInt4PackedFixture opens the sample of the packed INT4 convention:
+// four combined tensors, mapped in full, whose dequantised values equal
+// the expected arrays bit for bit.
+func TestInt4PackedFixture(t *testing.T) {
+	file := readFixture(t, packedFixture)
+	c := mustOpen(t, file)
+	checkInvariants(t, c, file)
+	if c.Warnings != nil {
+		t.Fatalf("warnings %q", c.Warnings)
+	}
+	if len(c.Tensors) != len(kvNames) {
+		t.Fatalf("%d tensors, want %d", len(c.Tensors), len(kvNames))
+	}
+	input := readFixture(t, f32Fixture)
+	inputC := mustOpen(t, input)
+	// Official-writer order: the four F16 scales [12] from 752, then the U8
+	// codes [1,4,3,32].
+	for i, name := range kvNames {
+		t.Run(name, func(t *testing.T) {
+			tn := c.Tensors[i]
+			want := &formats.Tensor{
+				Name:   name,
+				Shape:  []uint64{1, 4, 3, 64},
+				DType:  formats.F32,
+				Layout: "quantized_group",
+				Attributes: map[string]any{
+					"bits": int64(4), "group_size": int64(64), "packing": "u8_lo_first", "scheme": "symmetric",
+				},
+				Components: []*formats.Component{
+					{Role: "packed_weight", DType: formats.U8, Offset: uint64(752 + 96 + 384*i), Length: 384,
+						Encoding: formats.Raw, Size: 384,
+						StoredAttributes: map[string]any{"tensor": name + ".q4", "shape": []any{uint64(1), uint64(4), uint64(3), uint64(32)}}},
+					{Role: "scales", DType: formats.F16, Offset: uint64(752 + 24*i), Length: 24,
+						Encoding: formats.Raw, Size: 24,
+						StoredAttributes: map[string]any{"tensor": name + ".scales", "shape": []any{uint64(12)}}},
+				},
+				Logical: formats.GroupQuantized{
+					Bits: 4, Signed: true, RowLength: 768, GroupSize: 64, Codes: "packed_weight",
+					ContainerBits: 8, PerContainer: 2, Scales: "scales", ScaleDType: formats.F16,
+				},
+			}
+			if !reflect.DeepEqual(tn, want) {
+				t.Fatalf("got  %+v\nwant %+v", tn, want)
+			}
+			shape, expected := readNPYF32(t, filepath.Join("kv_cache/expected_int4packed_g64", name+".npy"))
+			if !slices.Equal(shape, tn.Shape) {
+				t.Fatalf("expected array shape %v, tensor %v", shape, tn.Shape)
+			}
+			got := dequantInt4(t, file, tn)
+			if len(got) != len(expected) {
+				t.Fatalf("%d values, want %d", len(got), len(expected))
+			}
+			orig := f32Values(input, find(t, inputC, name))
+			for j := range got {
+				if math.Float32bits(got[j]) != math.Float32bits(expected[j]) {
+					t.Fatalf("value %d = %v, want %v", j, got[j], expected[j])
+				}
+				if d := math.Abs(float64(got[j] - orig[j])); d > 0.29 {
+					t.Fatalf("value %d = %v, input %v: off by %v", j, got[j], orig[j], d)
+				}
+			}
+		})
+	}
+}
+
+// TestInt4KVCompressStaysPlain checks that files without the int4_packing
+// marker are not touched: kv-compress output is four plain F32 tensors
+// with its metadata as attributes, and even a well-formed pair stays two
+// stored tensors.
+func TestInt4KVCompressStaysPlain(t *testing.T) {
+	file := readFixture(t, simFixture)
+	c := mustOpen(t, file)
+	checkInvariants(t, c, file)
+	wantAttrs := map[string]any{"compression": "INT4", "group_size": "64", "original_dtype": "float32"}
+	if !reflect.DeepEqual(c.Attributes, wantAttrs) || c.Warnings != nil || len(c.Tensors) != 4 {
+		t.Fatalf("attributes %v, warnings %q, %d tensors", c.Attributes, c.Warnings, len(c.Tensors))
+	}
+	for i, tn := range c.Tensors {
+		if tn.Name != kvNames[i] || tn.DType != formats.F32 || tn.Layout != "dense" || len(tn.Attributes) != 0 ||
+			tn.Logical != (formats.Dense{Role: "data", DType: formats.F32}) || !slices.Equal(tn.Shape, []uint64{1, 4, 3, 64}) {
+			t.Fatalf("tensor %d: %+v", i, tn)
+		}
+	}
+
+	q4, scales := mustPack(t, "k", []uint64{2, 6}, 4, 1)
+	meta := map[string]string{"compression": "INT4", "group_size": "4"}
+	file = writeFile(t, meta, q4, scales)
+	c = mustOpen(t, file)
+	checkInvariants(t, c, file)
+	if c.Warnings != nil || len(c.Tensors) != 2 || c.Tensors[0].Name != "k.q4" || c.Tensors[1].Name != "k.scales" {
+		t.Fatalf("warnings %q, tensors %v", c.Warnings, c.Tensors)
+	}
+}
+
+// testValues returns n deterministic values in about [−4, 4].
+func testValues(n uint64, seed uint64) []float32 {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * 1.5)
+	}
+	return v
+}
+
+// mustPack packs deterministic values into a pair.
+func mustPack(t *testing.T, name string, shape []uint64, group int, seed uint64) (TensorSpec, TensorSpec) {
+	t.Helper()
+	n, err := formats.ElementCount(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q4, scales, err := PackInt4KV(name, shape, testValues(n, seed), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q4, scales
+}
+
+// zeros is a stored tensor of zero bytes.
+func zeros(name string, d formats.DType, shape ...uint64) TensorSpec {
+	if shape == nil {
+		shape = []uint64{}
+	}
+	size, err := formats.DenseSize(shape, d)
+	if err != nil {
+		panic(err)
+	}
+	return TensorSpec{Name: name, DType: d, Shape: shape, Size: size, Data: bytes.NewReader(make([]byte, size))}
+}
+
+// writeFile writes tensors with Write.
+func writeFile(t *testing.T, meta map[string]string, specs ...TensorSpec) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if err := Write(&out, meta, specs); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// TestInt4NotCombined builds files in which one pair (or, for file-level
+// problems, every pair) cannot be combined: they must still open, with
+// the stored tensors listed as they are, the reason in their
+// int4_not_combined attribute and one warning per pair naming it.
+func TestInt4NotCombined(t *testing.T) {
+	const scalesOf2x6 = 3 // [2,6] in groups of 4
+	fileLevel := func(k, v string) func(map[string]string) {
+		return func(m map[string]string) {
+			if v == "<delete>" {
+				delete(m, k)
+			} else {
+				m[k] = v
+			}
+		}
+	}
+	tests := []struct {
+		name string
+		meta func(map[string]string)
+		// k returns the stored tensors about "k" (nil: a consistent
+		// pair); the pair "v" is always complete and consistent.
+		k        func(t *testing.T) []TensorSpec
+		combined []string          // names of combined tensors
+		plain    map[string]string // stored tensor → phrase of its reason
+	}{
+		{name: "consistent pairs combine", combined: []string{"k", "v"}},
+		{
+			name: "scales of any shape with the right count",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 1, scalesOf2x6, 1)}
+			},
+			combined: []string{"k", "v"},
+		},
+		{
+			name: "zero elements",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 3, 0), zeros("k.scales", formats.F16, 0)}
+			},
+			combined: []string{"k", "v"},
+		},
+		{
+			name:     "codes without scales",
+			k:        func(*testing.T) []TensorSpec { return []TensorSpec{zeros("k.q4", formats.U8, 2, 3)} },
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `"k.q4" has no matching "k.scales"`},
+		},
+		{
+			name:     "scales without codes",
+			k:        func(*testing.T) []TensorSpec { return []TensorSpec{zeros("k.scales", formats.F16, 3)} },
+			combined: []string{"v"},
+			plain:    map[string]string{"k.scales": `"k.scales" has no matching "k.q4"`},
+		},
+		{
+			name: "codes not U8",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.I8, 2, 3), zeros("k.scales", formats.F16, 3)}
+			},
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `"k.q4" is I8, not U8`, "k.scales": `"k.q4" is I8, not U8`},
+		},
+		{
+			name: "scales not F16",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.BF16, 3)}
+			},
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `"k.scales" is BF16, not F16`, "k.scales": `"k.scales" is BF16, not F16`},
+		},
+		{
+			name: "scales F32",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F32, 3)}
+			},
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `"k.scales" is F32, not F16`, "k.scales": `"k.scales" is F32, not F16`},
+		},
+		{
+			name: "too few scales",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 2)}
+			},
+			combined: []string{"v"},
+			plain: map[string]string{
+				"k.q4":     `"k.scales" holds 2 scales but shape [2 6] in groups of 4 needs 3`,
+				"k.scales": `"k.scales" holds 2 scales but shape [2 6] in groups of 4 needs 3`,
+			},
+		},
+		{
+			name: "too many scales",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 2, 2)}
+			},
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `holds 4 scales but`, "k.scales": `holds 4 scales but`},
+		},
+		{
+			name: "scalar codes",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8), zeros("k.scales", formats.F16, 1)}
+			},
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `"k.q4" is a scalar`, "k.scales": `"k.q4" is a scalar`},
+		},
+		{
+			name: "last dimension of the codes cannot be doubled",
+			k: func(*testing.T) []TensorSpec {
+				return []TensorSpec{zeros("k.q4", formats.U8, 0, 1<<63), zeros("k.scales", formats.F16, 0)}
+			},
+			combined: []string{"v"},
+			plain: map[string]string{
+				"k.q4":     `"k.q4": last dimension 9223372036854775808 cannot be doubled`,
+				"k.scales": `"k.q4": last dimension 9223372036854775808 cannot be doubled`,
+			},
+		},
+		{
+			name: "a plain tensor already has the name",
+			k: func(t *testing.T) []TensorSpec {
+				q, s := mustPack(t, "k", []uint64{2, 6}, 4, 2)
+				return []TensorSpec{q, s, zeros("k", formats.F32, 1)}
+			},
+			combined: []string{"v"},
+			plain:    map[string]string{"k.q4": `a stored tensor is already named "k"`, "k.scales": `a stored tensor is already named "k"`},
+		},
+		{
+			name: "nested suffixes",
+			k: func(t *testing.T) []TensorSpec {
+				q, s := mustPack(t, "k", []uint64{2, 6}, 4, 2)
+				qq, qs := mustPack(t, "k.q4", []uint64{2, 6}, 4, 3)
+				return []TensorSpec{q, s, qq, qs}
+			},
+			combined: []string{"k", "v"},
+			plain: map[string]string{
+				"k.q4.q4":     `a stored tensor is already named "k.q4"`,
+				"k.q4.scales": `a stored tensor is already named "k.q4"`,
+			},
+		},
+		{
+			name: "unknown packing", meta: fileLevel("int4_packing", "u8_hi_first"),
+			plain: bothPlain(`int4_packing "u8_hi_first" is unknown (only "u8_lo_first" is defined)`),
+		},
+		{
+			name: "no scheme", meta: fileLevel("int4_scheme", "<delete>"),
+			plain: bothPlain(`__metadata__ has no int4_scheme`),
+		},
+		{
+			name: "unknown scheme", meta: fileLevel("int4_scheme", "asymmetric"),
+			plain: bothPlain(`int4_scheme "asymmetric" is unknown (only "symmetric" is defined)`),
+		},
+		{
+			name: "no group size", meta: fileLevel("group_size", "<delete>"),
+			plain: bothPlain(`__metadata__ has no group_size`),
+		},
+		{name: "empty group size", meta: fileLevel("group_size", ""), plain: bothPlain(`group_size "" is not a decimal integer`)},
+		{name: "text group size", meta: fileLevel("group_size", "abc"), plain: bothPlain(`group_size "abc" is not a decimal integer`)},
+		{name: "negative group size", meta: fileLevel("group_size", "-4"), plain: bothPlain(`group_size "-4" is not a decimal integer`)},
+		{name: "signed group size", meta: fileLevel("group_size", "+4"), plain: bothPlain(`group_size "+4" is not a decimal integer`)},
+		{name: "spaced group size", meta: fileLevel("group_size", " 4"), plain: bothPlain(`group_size " 4" is not a decimal integer`)},
+		{name: "fractional group size", meta: fileLevel("group_size", "4.0"), plain: bothPlain(`group_size "4.0" is not a decimal integer`)},
+		{name: "zero group size", meta: fileLevel("group_size", "0"), plain: bothPlain(`group_size "0" must be at least 1`)},
+		{
+			name: "huge group size", meta: fileLevel("group_size", "9223372036854775808"),
+			plain: bothPlain(`group_size "9223372036854775808" is out of range`),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			meta := Int4KVMetadata(4)
+			if tt.meta != nil {
+				tt.meta(meta)
+			}
+			vq, vs := mustPack(t, "v", []uint64{2, 6}, 4, 1)
+			specs := []TensorSpec{vq, vs, zeros("other", formats.F32, 2)}
+			if tt.k != nil {
+				specs = append(specs, tt.k(t)...)
+			} else {
+				kq, ks := mustPack(t, "k", []uint64{2, 6}, 4, 2)
+				specs = append(specs, kq, ks)
+			}
+			file := writeFile(t, meta, specs...)
+			c := mustOpen(t, file)
+			checkInvariants(t, c, file)
+
+			var combined []string
+			for _, tn := range c.Tensors {
+				if tn.Layout == "quantized_group" {
+					combined = append(combined, tn.Name)
+				}
+				reason, has := tn.Attributes[attrNotCombined].(string)
+				phrase, want := tt.plain[tn.Name]
+				switch {
+				case want && (!has || !strings.Contains(reason, phrase)):
+					t.Errorf("tensor %q: reason %q, want one containing %q", tn.Name, reason, phrase)
+				case !want && has:
+					t.Errorf("tensor %q: unexpected reason %q", tn.Name, reason)
+				}
+			}
+			if !slices.Equal(combined, tt.combined) {
+				t.Errorf("combined %q, want %q", combined, tt.combined)
+			}
+			for name := range tt.plain {
+				if tn := find(t, c, name); tn.Layout != "dense" {
+					t.Errorf("tensor %q: layout %q", name, tn.Layout)
+				}
+			}
+			find(t, c, "other")
+
+			// One warning per pair not combined, naming its logical tensor
+			// and giving the same reason as the attributes.
+			pairs := map[string]string{}
+			for name, phrase := range tt.plain {
+				base := strings.TrimSuffix(strings.TrimSuffix(name, ".q4"), ".scales")
+				pairs[base] = phrase
+			}
+			if len(c.Warnings) != len(pairs) {
+				t.Fatalf("warnings %q, want %d", c.Warnings, len(pairs))
+			}
+			for i, base := range slices.Sorted(maps.Keys(pairs)) {
+				w := c.Warnings[i]
+				if !strings.HasPrefix(w, fmt.Sprintf("packed INT4 tensor %q was not combined", base)) || !strings.Contains(w, pairs[base]) {
+					t.Errorf("warning %d = %q, want one about %q with %q", i, w, base, pairs[base])
+				}
+			}
+
+			// The file survives a rewrite unchanged.
+			specs2, meta2 := specsFrom(c, file)
+			file2 := writeFile(t, meta2, specs2...)
+			c2 := mustOpen(t, file2)
+			sameContents(t, c, file, c2, file2)
+		})
+	}
+}
+
+// bothPlain expects both pairs, k and v, to stay stored with reason.
+func bothPlain(reason string) map[string]string {
+	return map[string]string{"k.q4": reason, "k.scales": reason, "v.q4": reason, "v.scales": reason}
+}
+
+// TestInt4Order checks that a combined tensor sorts by its own name, not
+// by the names of its stored tensors.
+func TestInt4Order(t *testing.T) {
+	q, s := mustPack(t, "m", []uint64{4}, 2, 1)
+	file := writeFile(t, Int4KVMetadata(2), q, s, zeros("a", formats.F32, 1), zeros("m.bias", formats.F32, 1), zeros("z", formats.U8, 1))
+	c := mustOpen(t, file)
+	checkInvariants(t, c, file)
+	var names []string
+	for _, tn := range c.Tensors {
+		names = append(names, tn.Name)
+	}
+	if want := []string{"a", "m", "m.bias", "z"}; !slices.Equal(names, want) {
+		t.Fatalf("tensors %q, want %q", names, want)
+	}
+}
+
+// TestInt4WarningCap checks that a file with many broken pairs gives a
+// bounded number of warnings, while every stored tensor keeps its reason.
+func TestInt4WarningCap(t *testing.T) {
+	var specs []TensorSpec
+	for i := range 25 {
+		specs = append(specs, zeros(fmt.Sprintf("layer_%02d_key.scales", i), formats.F16, 1))
+	}
+	file := writeFile(t, Int4KVMetadata(64), specs...)
+	c := mustOpen(t, file)
+	checkInvariants(t, c, file)
+	if len(c.Warnings) != maxInt4Warnings+1 {
+		t.Fatalf("%d warnings, want %d", len(c.Warnings), maxInt4Warnings+1)
+	}
+	if !strings.HasPrefix(c.Warnings[0], `packed INT4 tensor "layer_00_key" was not combined`) {
+		t.Errorf("first warning %q", c.Warnings[0])
+	}
+	if last := c.Warnings[maxInt4Warnings]; last != "5 more packed INT4 tensors were not combined (see the int4_not_combined attribute of their stored tensors)" {
+		t.Errorf("last warning %q", last)
+	}
+	for _, tn := range c.Tensors {
+		if _, ok := tn.Attributes[attrNotCombined]; !ok {
+			t.Errorf("tensor %q has no reason", tn.Name)
+		}
+	}
+}
+
+// TestPackInt4KVBytes checks the packed bytes of small hand-computed
+// cases: nibble order, two's complement, rounding and scales.
+func TestPackInt4KVBytes(t *testing.T) {
+	tiny := float32(math.Ldexp(1, -20))
+	tests := []struct {
+		name       string
+		shape      []uint64
+		values     []float32
+		group      int
+		codes      []byte
+		scales     []uint16
+		q4Shape    []uint64
+		scaleShape []uint64
+	}{
+		{"nibbles", []uint64{4}, []float32{1, -1, 7, -7}, 4, []byte{0xF1, 0x97}, []uint16{0x3C00}, []uint64{2}, []uint64{1}},
+		{"halves round away from zero", []uint64{4}, []float32{0.5, -0.5, 1.5, 7}, 4, []byte{0xF1, 0x72}, []uint16{0x3C00}, []uint64{2}, []uint64{1}},
+		{"zero group", []uint64{1, 4}, []float32{0, 0, 14, -2}, 2, []byte{0x00, 0xF7}, []uint16{0x0000, 0x4000}, []uint64{1, 2}, []uint64{2}},
+		{"scale rounds to zero", []uint64{2}, []float32{1e-9, -1e-9}, 2, []byte{0x00}, []uint16{0x0000}, []uint64{1}, []uint64{1}},
+		{"subnormal scale", []uint64{2}, []float32{7 * tiny, -3 * tiny}, 2, []byte{0xD7}, []uint16{0x0010}, []uint64{1}, []uint64{1}},
+		{"short last group", []uint64{2, 2}, []float32{7, 1, 14, 7}, 3, []byte{0x14, 0x77}, []uint16{0x4000, 0x3C00}, []uint64{2, 1}, []uint64{2}},
+		{"group larger than tensor", []uint64{2}, []float32{3.5, -1}, 100, []byte{0xE7}, []uint16{0x3800}, []uint64{1}, []uint64{1}},
+		{"empty", []uint64{0, 4}, nil, 8, []byte{}, []uint16{}, []uint64{0, 2}, []uint64{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q4, scales, err := PackInt4KV("x", tt.shape, tt.values, tt.group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			codes := make([]byte, q4.Size)
+			if _, err := q4.Data.Read(codes); err != nil && q4.Size > 0 {
+				t.Fatal(err)
+			}
+			raw := make([]byte, scales.Size)
+			if _, err := scales.Data.Read(raw); err != nil && scales.Size > 0 {
+				t.Fatal(err)
+			}
+			gotScales := make([]uint16, len(raw)/2)
+			for i := range gotScales {
+				gotScales[i] = binary.LittleEndian.Uint16(raw[2*i:])
+			}
+			if q4.Name != "x.q4" || q4.DType != formats.U8 || !slices.Equal(q4.Shape, tt.q4Shape) || !bytes.Equal(codes, tt.codes) {
+				t.Errorf("codes %s %s %v % x, want %v % x", q4.Name, q4.DType, q4.Shape, codes, tt.q4Shape, tt.codes)
+			}
+			if scales.Name != "x.scales" || scales.DType != formats.F16 || !slices.Equal(scales.Shape, tt.scaleShape) || !slices.Equal(gotScales, tt.scales) {
+				t.Errorf("scales %s %s %v %04x, want %v %04x", scales.Name, scales.DType, scales.Shape, gotScales, tt.scaleShape, tt.scales)
+			}
+		})
+	}
+}
+
+// TestPackInt4KVFixture re-creates the packed fixture from the F32 input:
+// same bytes, so the writer follows the convention's recommendation as
+// the fixture does.
+func TestPackInt4KVFixture(t *testing.T) {
+	input := readFixture(t, f32Fixture)
+	c := mustOpen(t, input)
+	var specs []TensorSpec
+	for _, tn := range c.Tensors {
+		q4, scales, err := PackInt4KV(tn.Name, tn.Shape, f32Values(input, tn), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, q4, scales)
+	}
+	meta := Int4KVMetadata(64)
+	meta["original_dtype"] = "F32"
+	if got, want := writeFile(t, meta, specs...), readFixture(t, packedFixture); !bytes.Equal(got, want) {
+		t.Fatalf("written bytes differ\n got %q\nwant %q", head(got), head(want))
+	}
+}
+
+// TestPackInt4KVRoundTrip packs random tensors of many shapes and group
+// sizes, writes them, opens the file and checks the combined tensors:
+// every dequantised value within half a scale of its input, every scale
+// the F16 rounding of max |x| / 7.
+func TestPackInt4KVRoundTrip(t *testing.T) {
+	shapes := [][]uint64{{2}, {1, 4, 3, 64}, {3, 5, 2}, {7, 10}, {0, 4}, {4, 0}, {1, 1, 1, 1, 8}}
+	groups := []int{1, 3, 4, 64, 1000}
+	magnitudes := []float64{1e-6, 1e-3, 1, 1000}
+	seed := uint64(0)
+	for _, g := range groups {
+		var specs []TensorSpec
+		inputs := map[string][]float32{}
+		for si, shape := range shapes {
+			for mi, mag := range magnitudes {
+				seed++
+				n, _ := formats.ElementCount(shape)
+				vals := testValues(n, seed)
+				for i := range vals {
+					vals[i] *= float32(mag)
+					if i%17 < 3 {
+						vals[i] = 0 // some all-zero groups when g is small
+					}
+				}
+				name := fmt.Sprintf("t%d_%d", si, mi)
+				q4, scales, err := PackInt4KV(name, shape, vals, g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				specs = append(specs, q4, scales)
+				inputs[name] = vals
+			}
+		}
+		file := writeFile(t, Int4KVMetadata(g), specs...)
+		c := mustOpen(t, file)
+		checkInvariants(t, c, file)
+		if c.Warnings != nil || len(c.Tensors) != len(inputs) {
+			t.Fatalf("G=%d: warnings %q, %d tensors", g, c.Warnings, len(c.Tensors))
+		}
+		for _, tn := range c.Tensors {
+			vals := inputs[tn.Name]
+			if tn.Layout != "quantized_group" || tn.Attributes["group_size"] != int64(g) {
+				t.Fatalf("G=%d: tensor %q: %+v", g, tn.Name, tn)
+			}
+			got := dequantInt4(t, file, tn)
+			sc := file[tn.Component("scales").Offset:][:tn.Component("scales").Length]
+			for k := 0; k*g < len(vals); k++ {
+				grp := vals[k*g : min(len(vals), (k+1)*g)]
+				var amax float64
+				for _, x := range grp {
+					amax = max(amax, math.Abs(float64(x)))
+				}
+				scale := minifloat(uint64(binary.LittleEndian.Uint16(sc[2*k:])), 5, 10, 15)
+				// Half an F16 ulp: relative 2^-11 for normal numbers,
+				// absolute 2^-25 for subnormals.
+				if d := math.Abs(scale - amax/7); d > max(amax/7*math.Ldexp(1, -11), math.Ldexp(1, -25)) {
+					t.Fatalf("G=%d %s group %d: scale %g for max %g", g, tn.Name, k, scale, amax)
+				}
+				for j, x := range grp {
+					v := got[k*g+j]
+					q := 0.0
+					if scale != 0 {
+						q = max(-8, min(7, math.Round(float64(x)/scale)))
+					}
+					switch {
+					case float64(v) != q*scale:
+						t.Fatalf("G=%d %s[%d] = %g for %g, want %g × %g", g, tn.Name, k*g+j, v, x, q, scale)
+					case scale >= math.Ldexp(1, -14) && math.Abs(float64(v)-float64(x)) > scale/2:
+						// A normal scale is within 2^-11 of max/7: no clamping.
+						t.Fatalf("G=%d %s[%d] = %g for %g, scale %g", g, tn.Name, k*g+j, v, x, scale)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestPackInt4KVErrors checks the inputs PackInt4KV refuses.
+func TestPackInt4KVErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		shape  []uint64
+		values []float32
+		group  int
+		want   string
+	}{
+		{"zero group", []uint64{2}, []float32{1, 2}, 0, `tensor "x": group size 0 must be at least 1`},
+		{"negative group", []uint64{2}, []float32{1, 2}, -64, `group size -64 must be at least 1`},
+		{"scalar", []uint64{}, []float32{1}, 1, `a scalar cannot be packed`},
+		{"odd last dimension", []uint64{2, 3}, make([]float32, 6), 1, `shape [2 3]: the last dimension must be even`},
+		{"too few values", []uint64{2, 2}, make([]float32, 3), 1, `shape [2 2] holds 4 elements but 3 values were given`},
+		{"overflowing shape", []uint64{1 << 32, 1 << 32, 2}, nil, 1, `tensor "x": shape [4294967296 4294967296 2]: element count overflows 64 bits`},
+		{"NaN", []uint64{2}, []float32{1, float32(math.NaN())}, 1, `element 1 is NaN`},
+		{"infinity", []uint64{4}, []float32{1, 2, 3, float32(math.Inf(-1))}, 2, `element 3 is -Inf`},
+		{"scale beyond F16", []uint64{2}, []float32{1, 1e6}, 1, `group 1: max |x| = 1e+06 needs a scale above the largest F16`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := PackInt4KV("x", tt.shape, tt.values, tt.group)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), `tensor "x": `) {
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
