@@ -277,19 +277,48 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 			return fmt.Errorf("zero points: %w", err)
 		}
 	}
-	for e := e0; e < e1; e++ {
+	shift, mask := uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
+	signBit := uint32(0)
+	if g.l.Signed {
+		signBit = 1 << (shift - 1)
+	}
+	// One run per group: its scale and zero point are fixed, its codes
+	// consecutive slots of consecutive containers.
+	for e := e0; e < e1; {
 		r := e / g.cols
 		c := e - r*g.cols
-		ci := r*g.cpr + c/per - firstC
-		q := g.code(codes[ci*g.cb:], c%per)
+		end := min(e1, r*g.cols+min(g.cols, (c/gs+1)*gs))
 		gi := r*g.gpr + c/gs - firstG
-		var zero float32
+		scale, zero := scales[gi], float32(0)
 		if zeros != nil {
 			zero = zeros[gi] + g.l.ZeroOffset
 		}
-		binary.LittleEndian.PutUint32(out[4*(e-e0):], math.Float32bits((q-zero)*scales[gi]))
+		ci, slot := r*g.cpr+c/per-firstC, uint(c%per)
+		word := g.container(codes, ci)
+		dst := out[4*(e-e0) : 4*(end-e0)]
+		for k := 0; k < len(dst); k += 4 {
+			v := word >> (slot * shift) & mask
+			q := float32(v)
+			if v&signBit != 0 {
+				q = float32(int32(v) - int32(mask) - 1)
+			}
+			binary.LittleEndian.PutUint32(dst[k:], math.Float32bits((q-zero)*scale))
+			if slot++; slot == uint(per) && k+4 < len(dst) {
+				slot, ci = 0, ci+1
+				word = g.container(codes, ci)
+			}
+		}
+		e = end
 	}
 	return nil
+}
+
+// container returns container i of b.
+func (g *groupDequantized) container(b []byte, i uint64) uint32 {
+	if g.cb == 1 {
+		return uint32(b[i])
+	}
+	return binary.LittleEndian.Uint32(b[4*i:])
 }
 
 // readFloats reads count scales or zero points of width w from index first.
@@ -374,16 +403,39 @@ func (g *groupDequantized) fillGPTQ(out []byte, e0, e1 uint64) error {
 	if err := readFull(g.codes, codes, int64(firstRow*g.cols*g.cb)); err != nil {
 		return fmt.Errorf("codes: %w", err)
 	}
-	for e := e0; e < e1; e++ {
+	shift, mask := uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
+	signBit := uint32(0)
+	if g.l.Signed {
+		signBit = 1 << (shift - 1)
+	}
+	// Row by row: a row's codes are one slot of a row of containers, its
+	// scales and zero points one row of the tables.
+	for e := e0; e < e1; {
 		i := e / g.cols
-		c := e - i*g.cols
-		q := g.code(codes[((i/per-firstRow)*g.cols+c)*g.cb:], i%per)
-		at := uint64(g.groupOf[i])*g.cols + c
-		var zero float32
+		c0 := e - i*g.cols
+		c1 := min(g.cols, c0+(e1-e))
+		slot := uint(i%per) * shift
+		row := (i/per - firstRow) * g.cols
+		at := uint64(g.groupOf[i]) * g.cols
+		scales := g.scaleTable[at+c0 : at+c1]
+		var zeros []float32
 		if g.zeroTable != nil {
-			zero = g.zeroTable[at] + g.l.ZeroOffset
+			zeros = g.zeroTable[at+c0 : at+c1]
 		}
-		binary.LittleEndian.PutUint32(out[4*(e-e0):], math.Float32bits((q-zero)*g.scaleTable[at]))
+		dst := out[4*(e-e0) : 4*(e-e0+c1-c0)]
+		for k := range scales {
+			v := g.container(codes, row+c0+uint64(k)) >> slot & mask
+			q := float32(v)
+			if v&signBit != 0 {
+				q = float32(int32(v) - int32(mask) - 1)
+			}
+			var zero float32
+			if zeros != nil {
+				zero = zeros[k] + g.l.ZeroOffset
+			}
+			binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits((q-zero)*scales[k]))
+		}
+		e += c1 - c0
 	}
 	return nil
 }

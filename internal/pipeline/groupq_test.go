@@ -315,3 +315,45 @@ func TestNPYFloat16(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGroupDequantized runs the stage on random tensors of every layout
+// with one component cut short by a random amount: a cut component is an
+// error, never a panic or a read outside it; an intact one gives exactly
+// the reference values, whatever the block size.
+func FuzzGroupDequantized(f *testing.F) {
+	f.Add(int64(1), uint8(0), uint16(0), uint16(64))
+	f.Add(int64(2), uint8(1), uint16(3), uint16(16))
+	f.Add(int64(3), uint8(2), uint16(1), uint16(1000))
+	f.Fuzz(func(t *testing.T, seed int64, which uint8, cut, blockSize uint16) {
+		cases := randomGroupCases(rand.New(rand.NewSource(seed)))
+		c := cases[uint64(seed)%uint64(len(cases))]
+		roles := []string{c.l.Codes, c.l.Scales, c.l.Zeros}
+		role := roles[int(which)%len(roles)]
+		if role == "" || int(cut) > len(c.comps[role]) {
+			cut = 0
+		}
+		if cut > 0 {
+			c.comps[role] = c.comps[role][:len(c.comps[role])-int(cut)]
+		}
+		var b fileBuilder
+		tensor := c.tensor(&b)
+		p := newTestPipeline(t, b.open(t), Options{BlockSize: 16 * (1 + int64(blockSize)%4096)})
+		r, err := p.NPY(tensor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := readAll(t, r, 1+int(blockSize))
+		if cut > 0 {
+			if err == nil {
+				t.Fatalf("%s cut by %d bytes: no error", role, cut)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := c.reference(); !bytes.Equal(got[len(got)-len(want):], want) {
+			t.Fatal("values differ from the reference")
+		}
+	})
+}
