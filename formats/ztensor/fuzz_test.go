@@ -20,7 +20,11 @@ func FuzzOpen(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	f.Add(writerSample(f))
 	f.Fuzz(func(t *testing.T, file []byte) {
+		if b, start, ok := v11Manifest(file); ok {
+			compareFast(t, b, start)
+		}
 		c, err := openBytes(file)
 		if err != nil {
 			return

@@ -18,8 +18,12 @@ const (
 
 // build turns a v1.x (or v1.0) object into a tensor, rejecting sizes that
 // contradict the layout and marking as unsupported what ztfs cannot decode.
-func (o *object) build() (*formats.Tensor, error) {
-	t := o.tensor()
+func (o *object) build() (*formats.Tensor, error) { return o.buildIn(nil) }
+
+// buildIn is build with the model's structures taken from s (nil: each
+// allocated on its own).
+func (o *object) buildIn(s *slabs) (*formats.Tensor, error) {
+	t := o.tensor(s)
 	var err error
 	switch o.format {
 	case formatDense:
@@ -40,16 +44,17 @@ func (o *object) build() (*formats.Tensor, error) {
 }
 
 // tensor returns the tensor with its components, before any layout.
-func (o *object) tensor() *formats.Tensor {
-	t := &formats.Tensor{
+func (o *object) tensor(s *slabs) *formats.Tensor {
+	t := s.tensor()
+	*t = formats.Tensor{
 		Name:       o.name,
 		Shape:      o.shape,
 		Layout:     o.format,
 		Attributes: o.attrs,
-		Components: make([]*formats.Component, len(o.comps)),
+		Components: s.components(len(o.comps)),
 	}
 	for i, c := range o.comps {
-		t.Components[i] = c.component()
+		c.component(t.Components[i])
 	}
 	return t
 }
@@ -119,8 +124,30 @@ func (o *object) buildDense(t *formats.Tensor) error {
 		fc.Size, fc.MaxSize = int64(size), 0
 	}
 	t.DType = e.dtype
-	t.Logical = formats.Dense{Role: data.role, DType: e.dtype}
+	t.Logical = denseLogical(data.role, e.dtype)
 	return nil
+}
+
+// denseData holds the recipe of a dense tensor over component "data" for
+// every dtype, made once: an interface value holding a struct costs an
+// allocation each time it is made, and interface values never change, so
+// all tensors of one dtype can share one.
+var denseData = func() map[formats.DType]formats.Logical {
+	m := map[formats.DType]formats.Logical{}
+	for _, d := range storageDTypes {
+		m[d] = formats.Dense{Role: "data", DType: d}
+	}
+	for _, lt := range logicalTypes {
+		m[lt.dtype] = formats.Dense{Role: "data", DType: lt.dtype}
+	}
+	return m
+}()
+
+func denseLogical(role string, d formats.DType) formats.Logical {
+	if l, ok := denseData[d]; ok && role == "data" {
+		return l
+	}
+	return formats.Dense{Role: role, DType: d}
 }
 
 // indexElem returns how an index component is read, with a reason when it

@@ -31,6 +31,8 @@ type comp struct {
 	digest   string
 	// bigEndian marks v0.1 raw multi-byte data stored big-endian.
 	bigEndian bool
+	// digestAt is where the fast path found the digest in the manifest.
+	digestAt [2]int
 }
 
 func (o *object) comp(role string) *comp {
@@ -81,11 +83,11 @@ func (c *comp) decodedSize() (uint64, bool) {
 	return 0, false
 }
 
-// component turns c into the model. Sizes a layout derives (the dense size
-// of a zstd component) are filled in by the layout.
-func (c *comp) component() *formats.Component {
+// component turns c into the model in fc. Sizes a layout derives (the dense
+// size of a zstd component) are filled in by the layout.
+func (c *comp) component(fc *formats.Component) {
 	d, _ := storageDType(c.dtype)
-	fc := &formats.Component{
+	*fc = formats.Component{
 		Role:      c.role,
 		DType:     d,
 		Offset:    c.offset,
@@ -106,7 +108,6 @@ func (c *comp) component() *formats.Component {
 		// encodings; lengths lie inside the file, so they fit.
 		fc.Size = int64(c.length)
 	}
-	return fc
 }
 
 // elem is how a layout reads a component's elements.

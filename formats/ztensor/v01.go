@@ -160,7 +160,7 @@ func (o *v01Object) buildV01() (*formats.Tensor, error) {
 		return o.buildBlobCOO(), nil
 	}
 	o.format = o.layout
-	t := o.tensor()
+	t := o.tensor(nil)
 	o.buildUnknown(t)
 	return t, nil
 }
@@ -188,7 +188,7 @@ func (o *v01Object) buildV01Dense() (*formats.Tensor, error) {
 // the value type, or the tensor with its reason for being unsupported.
 func (o *v01Object) blobValues() (*formats.Tensor, formats.DType, uint64) {
 	data := o.comps[0]
-	t := o.tensor()
+	t := o.tensor(nil)
 	t.Components[0].DType = formats.U8 // an opaque record blob
 	e := data.elem()
 	t.DType = e.shown

@@ -49,9 +49,19 @@ func openV11(r io.ReaderAt, size uint64) (*formats.Container, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c, ok := parseV11Fast(b, start); ok {
+		return c, nil
+	}
+	return parseV11Slow(b, start)
+}
+
+// parseV11Slow parses manifest b through generic CBOR values: the reference
+// for the fast path, and the path of every manifest it leaves aside (any
+// refused one included, for its error).
+func parseV11Slow(b []byte, start uint64) (*formats.Container, error) {
 	v, err := decode(b)
 	if err != nil {
-		return nil, fmt.Errorf("manifest (%d bytes at %d): %w", msize, start, err)
+		return nil, fmt.Errorf("manifest (%d bytes at %d): %w", len(b), start, err)
 	}
 	root, err := asRecord(v)
 	if err != nil {

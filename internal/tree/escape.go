@@ -34,6 +34,9 @@ func Escape(name string) string {
 	case "..":
 		return "%2E%2E"
 	}
+	if len(name) <= maxElement && !needsEscape(name) {
+		return name
+	}
 	var b strings.Builder
 	for i := 0; i < len(name); {
 		c := name[i]
@@ -66,6 +69,26 @@ func Escape(name string) string {
 		cut--
 	}
 	return s[:cut] + suffix
+}
+
+// needsEscape reports whether Escape changes any byte of name.
+func needsEscape(name string) bool {
+	for i := 0; i < len(name); {
+		c := name[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(name[i:])
+			if r == utf8.RuneError && size == 1 {
+				return true
+			}
+			i += size
+			continue
+		}
+		if c < 0x20 || c == 0x7F || c == '%' || c == '/' {
+			return true
+		}
+		i++
+	}
+	return false
 }
 
 // Unescape reverses Escape for every element that was not shortened.

@@ -3,6 +3,7 @@ package tree
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -18,13 +19,44 @@ type jsonWriter struct {
 	// fresh is true right after an opening bracket: the next member needs
 	// no comma.
 	fresh bool
+	// done are the parts cut off buf by spill, partSize bytes each.
+	done [][]byte
 }
+
+// partSize is the size of the parts a long output is cut into.
+const partSize = 1 << 20
+
+// spill moves whole parts of the output out of buf, so that buf stays
+// small and is never copied as a long output grows.
+func (w *jsonWriter) spill() {
+	if len(w.buf) < partSize {
+		return
+	}
+	rest := w.buf
+	for len(rest) >= partSize {
+		w.done = append(w.done, slices.Clone(rest[:partSize]))
+		rest = rest[partSize:]
+	}
+	w.buf = w.buf[:copy(w.buf, rest)]
+}
+
+// parts returns the whole output: the spilled parts and the rest of buf.
+func (w *jsonWriter) parts() [][]byte {
+	if len(w.done) == 0 {
+		return [][]byte{w.buf}
+	}
+	return append(w.done, slices.Clone(w.buf))
+}
+
+const indent = "                                " // 16 levels
 
 func (w *jsonWriter) newline() {
 	w.buf = append(w.buf, '\n')
-	for i := 0; i < w.depth; i++ {
-		w.buf = append(w.buf, ' ', ' ')
+	n := 2 * w.depth
+	for ; n > len(indent); n -= len(indent) {
+		w.buf = append(w.buf, indent...)
 	}
+	w.buf = append(w.buf, indent[:n]...)
 }
 
 func (w *jsonWriter) open(bracket byte) {
@@ -86,6 +118,10 @@ func (w *jsonWriter) uints(v []uint64) {
 // value writes any JSON-ready value (attributes) through encoding/json,
 // indented to the current depth.
 func (w *jsonWriter) value(v any) error {
+	if m, ok := v.(map[string]any); ok && len(m) == 0 {
+		w.buf = append(w.buf, '{', '}') // most attributes; as below, quicker
+		return nil
+	}
 	var compact bytes.Buffer
 	enc := json.NewEncoder(&compact)
 	enc.SetEscapeHTML(false)

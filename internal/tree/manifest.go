@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,9 +15,9 @@ const ManifestVersion = 1
 
 // writeManifest writes manifest.json: the container, normalized, with the
 // path of every file (mount-layout.md).
-func (tr *Tree) writeManifest() ([]byte, error) {
+func (tr *Tree) writeManifest() ([][]byte, error) {
 	c := tr.c
-	w := &jsonWriter{}
+	w := &jsonWriter{buf: make([]byte, 0, 64<<10)}
 	w.open('{')
 	w.key("ztfs_manifest")
 	w.int(ManifestVersion)
@@ -61,19 +62,24 @@ func (tr *Tree) writeManifest() ([]byte, error) {
 	w.key("tensors")
 	w.open('{')
 	dirs := tr.tensorDirs()
-	sort.Slice(dirs, func(i, j int) bool { return dirs[i].t.Name < dirs[j].t.Name })
+	byName := func(a, b *tensorDir) int { return strings.Compare(a.t.Name, b.t.Name) }
+	if !slices.IsSortedFunc(dirs, byName) {
+		slices.SortFunc(dirs, byName)
+	}
 	for i, td := range dirs {
 		if i > 0 && dirs[i-1].t.Name == td.t.Name {
 			return nil, fmt.Errorf("manifest.json: two tensors are named %q", td.t.Name)
 		}
 		w.key(td.t.Name)
-		if err := tr.writeEntry(w, td); err != nil {
+		if err := tr.writeEntry(w, td, td.path(), td.files()); err != nil {
 			return nil, err
 		}
+		w.spill()
 	}
 	w.close('}')
 	w.close('}')
-	return append(w.buf, '\n'), nil
+	w.buf = append(w.buf, '\n')
+	return w.parts(), nil
 }
 
 // tensorDirs returns every tensor directory of the tree.
@@ -93,12 +99,13 @@ func (tr *Tree) tensorDirs() []*tensorDir {
 	return out
 }
 
-// writeEntry writes a tensor's manifest entry, which is also its meta.json.
-func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
+// writeEntry writes a tensor's manifest entry, which is also its meta.json;
+// path is the directory's and files its file names (tensorDir.files).
+func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir, path string, files []string) error {
 	t := td.t
 	w.open('{')
 	w.strField("name", t.Name)
-	w.strField("path", td.path)
+	w.strField("path", path)
 	w.key("shape")
 	w.uints(t.Shape)
 	w.strField("dtype", string(t.DType))
@@ -113,7 +120,7 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
 		w.strField("npy_missing", err.Error())
 	} else {
 		w.open('{')
-		w.strField("path", td.path+"/"+npyName)
+		w.strField("path", path+"/"+npyName)
 		w.strField("dtype", info.Descr)
 		w.key("shape")
 		w.uints(info.Shape)
@@ -122,14 +129,22 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir) error {
 	}
 	w.key("components")
 	w.open('{')
-	order := make([]int, len(t.Components))
-	for i := range order {
-		order[i] = i
+	sorted := slices.IsSortedFunc(t.Components, func(a, b *formats.Component) int { return strings.Compare(a.Role, b.Role) })
+	var order []int
+	if !sorted {
+		order = make([]int, len(t.Components))
+		for i := range order {
+			order[i] = i
+		}
+		sort.Slice(order, func(a, b int) bool { return t.Components[order[a]].Role < t.Components[order[b]].Role })
 	}
-	sort.Slice(order, func(a, b int) bool { return t.Components[order[a]].Role < t.Components[order[b]].Role })
-	for _, i := range order {
+	for k := range t.Components {
+		i := k
+		if !sorted {
+			i = order[k]
+		}
 		w.key(t.Components[i].Role)
-		writeComponent(w, t.Components[i], td.path+"/"+td.files[i])
+		writeComponent(w, t.Components[i], path+"/"+files[i])
 	}
 	w.close('}')
 	w.close('}')

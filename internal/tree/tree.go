@@ -9,8 +9,11 @@
 package tree
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,13 +35,45 @@ type Node struct {
 	tensor   *tensorDir
 }
 
-// tensorDir is the lazily filled directory of one tensor.
+// tensorDir is the lazily filled directory of one tensor. It holds no more
+// than it needs to fill the directory: its path and file names are made
+// again when they are needed, which is rare next to the number of tensors.
 type tensorDir struct {
-	t     *formats.Tensor
-	path  string // tensors/<escaped path>
-	files []string
-	tr    *Tree
-	once  sync.Once
+	t    *formats.Tensor
+	tr   *Tree
+	once sync.Once
+}
+
+// path returns the directory's path from the root: tensors/<escaped path>.
+func (td *tensorDir) path() string {
+	elems := td.t.DirPath()
+	n := len("tensors")
+	for _, e := range elems {
+		n += 1 + len(e)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString("tensors")
+	for _, e := range elems {
+		b.WriteByte('/')
+		b.WriteString(Escape(e))
+	}
+	return b.String()
+}
+
+// files returns the names of the directory's files: one per component in
+// the order of the components, meta.json, and tensor.npy when there is
+// one. The names are not checked for clashes (Build did).
+func (td *tensorDir) files() []string {
+	files := make([]string, 0, len(td.t.Components)+2)
+	for _, c := range td.t.Components {
+		files = append(files, componentFile(c.Role))
+	}
+	files = append(files, metaName)
+	if pipeline.NPYMissing(td.t) == nil {
+		files = append(files, npyName)
+	}
+	return files
 }
 
 // IsDir reports whether n is a directory.
@@ -73,6 +108,7 @@ type Tree struct {
 }
 
 // Manifest returns the content of manifest.json, writing it on first use.
+// It is a copy when the manifest is large: the file keeps it in parts.
 func (t *Tree) Manifest() ([]byte, error) { return t.manifest.get() }
 
 // Lookup returns the node at a slash-separated path relative to the root.
@@ -118,16 +154,18 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sourcePath string) (*Tree
 	}
 	tr := &Tree{c: c, p: p, sourcePath: abs}
 	root := &Node{}
-	tensors := &Node{Name: "tensors"}
+	// Most formats put every tensor directly below tensors/.
+	tensors := &Node{Name: "tensors", children: make([]*Node, 0, len(c.Tensors))}
 	root.children = append(root.children, tensors)
 	dirs := map[string]*Node{}
 	stride := uint64(3) // the directory, meta.json, tensor.npy
+	var slab dirSlab
 	for _, t := range c.Tensors {
-		dir, err := tr.addTensor(tensors, t, dirs)
+		files, err := tr.addTensor(tensors, t, dirs, &slab)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		stride = max(stride, uint64(len(dir.tensor.files))+1)
+		stride = max(stride, uint64(files)+1)
 	}
 	for _, f := range c.Files {
 		name := Escape(f.Name)
@@ -193,13 +231,40 @@ func fileDir(root, tensors *Node, elems []string, dirs map[string]*Node) (*Node,
 	return parent, nil
 }
 
-// addTensor creates t's directory below tensors, to be filled on first use.
-// dirs holds the intermediate directories of nested paths by their path.
-// Two entries with one name in a directory are caught by finish.
-func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Node) (*Node, error) {
+// dirSlab hands out the nodes of tensor directories from shared chunks: a
+// container of many tensors then costs a few large allocations rather than
+// a few small ones per tensor.
+type dirSlab struct {
+	nodes []Node
+	dirs  []tensorDir
+}
+
+const dirChunk = 1024
+
+func (s *dirSlab) node() *Node {
+	if len(s.nodes) == cap(s.nodes) {
+		s.nodes = make([]Node, 0, dirChunk)
+	}
+	s.nodes = s.nodes[:len(s.nodes)+1]
+	return &s.nodes[len(s.nodes)-1]
+}
+
+func (s *dirSlab) dir() *tensorDir {
+	if len(s.dirs) == cap(s.dirs) {
+		s.dirs = make([]tensorDir, 0, dirChunk)
+	}
+	s.dirs = s.dirs[:len(s.dirs)+1]
+	return &s.dirs[len(s.dirs)-1]
+}
+
+// addTensor creates t's directory below tensors, to be filled on first use,
+// and returns how many files it will hold. dirs holds the intermediate
+// directories of nested paths by their path. Two entries with one name in a
+// directory are caught by finish.
+func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Node, slab *dirSlab) (int, error) {
 	elems := t.DirPath()
 	if len(elems) == 0 {
-		return nil, fmt.Errorf("empty directory path")
+		return 0, fmt.Errorf("empty directory path")
 	}
 	parent := tensors
 	path := "tensors"
@@ -213,28 +278,30 @@ func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Nod
 		}
 		parent = next
 	}
-	name := Escape(elems[len(elems)-1])
-	path += "/" + name
-	dir := &Node{Name: name}
-	parent.children = append(parent.children, dir)
-	td := &tensorDir{t: t, path: path, tr: tr}
+	// A tensor has a handful of files: comparing pairs beats sorting, and
+	// the names are made again when the directory is filled.
+	var buf [8]string
+	files := buf[:0]
 	for _, c := range t.Components {
-		td.files = append(td.files, componentFile(c.Role))
+		files = append(files, componentFile(c.Role))
 	}
-	td.files = append(td.files, metaName)
+	files = append(files, metaName)
 	if pipeline.NPYMissing(t) == nil {
-		td.files = append(td.files, npyName)
+		files = append(files, npyName)
 	}
-	// A tensor has a handful of files: comparing pairs beats sorting.
-	for i, a := range td.files {
-		for _, b := range td.files[:i] {
+	for i, a := range files {
+		for _, b := range files[:i] {
 			if a == b {
-				return nil, fmt.Errorf("two components are named %q", a)
+				return 0, fmt.Errorf("two components are named %q", a)
 			}
 		}
 	}
-	dir.tensor = td
-	return dir, nil
+	td := slab.dir()
+	*td = tensorDir{t: t, tr: tr}
+	dir := slab.node()
+	*dir = Node{Name: Escape(elems[len(elems)-1]), tensor: td}
+	parent.children = append(parent.children, dir)
+	return len(files), nil
 }
 
 // finish sorts every directory, rejects entries that share a name, and
@@ -248,7 +315,10 @@ func (n *Node) finish(next *uint64, stride uint64) error {
 		return nil
 	}
 	*next++
-	sort.Slice(n.children, func(i, j int) bool { return n.children[i].Name < n.children[j].Name })
+	// Tensors usually come sorted by name, and so do their escaped names.
+	if !slices.IsSortedFunc(n.children, compareNodes) {
+		slices.SortFunc(n.children, compareNodes)
+	}
 	for i, c := range n.children {
 		if i > 0 && n.children[i-1].Name == c.Name {
 			return fmt.Errorf("two entries named %q in one directory (tensor paths collide)", c.Name)
@@ -265,19 +335,22 @@ func (n *Node) finish(next *uint64, stride uint64) error {
 	return nil
 }
 
+func compareNodes(a, b *Node) int { return strings.Compare(a.Name, b.Name) }
+
 // fill creates a tensor directory's files; id is the directory's number.
 func (td *tensorDir) fill(id uint64) []*Node {
 	t, p := td.t, td.tr.p
-	var nodes []*Node
+	files := td.files()
+	nodes := make([]*Node, 0, len(files))
 	for i, c := range t.Components {
-		nodes = append(nodes, &Node{Name: td.files[i], Reader: p.Component(t, c)})
+		nodes = append(nodes, &Node{Name: files[i], Reader: p.Component(t, c)})
 	}
-	meta := &lazyBytes{build: func() ([]byte, error) {
+	meta := &lazyBytes{build: func() ([][]byte, error) {
 		w := &jsonWriter{}
-		if err := td.tr.writeEntry(w, td); err != nil {
+		if err := td.tr.writeEntry(w, td, td.path(), files); err != nil {
 			return nil, err
 		}
-		return append(w.buf, '\n'), nil
+		return [][]byte{append(w.buf, '\n')}, nil
 	}}
 	nodes = append(nodes, &Node{Name: metaName, Reader: meta})
 	if r, err := p.NPY(t); err == nil {
@@ -290,27 +363,71 @@ func (td *tensorDir) fill(id uint64) []*Node {
 	return nodes
 }
 
-// lazyBytes is a file whose content is made on first use.
+// lazyBytes is a file whose content is made on first use. The content is
+// kept in parts of partSize bytes (the last one shorter), as jsonWriter
+// makes it: a manifest.json of tens of megabytes is then never copied as
+// it grows, nor held twice.
 type lazyBytes struct {
-	build func() ([]byte, error)
+	build func() ([][]byte, error)
 	once  sync.Once
-	data  pipeline.Bytes
+	parts [][]byte
+	size  int64
 	err   error
 }
 
+func (l *lazyBytes) load() error {
+	l.once.Do(func() {
+		l.parts, l.err = l.build()
+		for _, p := range l.parts {
+			l.size += int64(len(p))
+		}
+	})
+	return l.err
+}
+
+// get returns the content in one piece.
 func (l *lazyBytes) get() ([]byte, error) {
-	l.once.Do(func() { l.data, l.err = l.build() })
-	return l.data, l.err
+	if err := l.load(); err != nil {
+		return nil, err
+	}
+	if len(l.parts) == 1 {
+		return l.parts[0], nil
+	}
+	return slices.Concat(l.parts...), nil
 }
 
 func (l *lazyBytes) Size() (int64, error) {
-	b, err := l.get()
-	return int64(len(b)), err
-}
-
-func (l *lazyBytes) ReadAt(p []byte, off int64) (int, error) {
-	if _, err := l.get(); err != nil {
+	if err := l.load(); err != nil {
 		return 0, err
 	}
-	return l.data.ReadAt(p, off)
+	return l.size, nil
+}
+
+// ReadAt follows io.ReaderAt, as pipeline.Bytes does.
+func (l *lazyBytes) ReadAt(p []byte, off int64) (int, error) {
+	if err := l.load(); err != nil {
+		return 0, err
+	}
+	if len(l.parts) == 1 {
+		return pipeline.Bytes(l.parts[0]).ReadAt(p, off)
+	}
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if off >= l.size {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		return 0, io.EOF
+	}
+	var err error
+	if rest := l.size - off; int64(len(p)) > rest {
+		p, err = p[:rest], io.EOF
+	}
+	n := 0
+	for n < len(p) {
+		at := off + int64(n)
+		n += copy(p[n:], l.parts[at/partSize][at%partSize:])
+	}
+	return n, err
 }

@@ -292,3 +292,40 @@ func TestManifestOddValues(t *testing.T) {
 		t.Errorf("attribute layout:\n%s", manifest)
 	}
 }
+
+// A long output is kept in parts; reading it at any offset gives what one
+// buffer would.
+func TestLazyBytesParts(t *testing.T) {
+	w := &jsonWriter{}
+	var want []byte
+	for i := 0; len(want) < 3*partSize+partSize/3; i++ {
+		s := strings.Repeat(string(rune('a'+i%26)), 1+i%5000)
+		w.str(s)
+		want = appendString(want, s)
+		w.spill()
+	}
+	parts := w.parts()
+	if len(parts) != 4 {
+		t.Fatalf("%d parts", len(parts))
+	}
+	l := &lazyBytes{build: func() ([][]byte, error) { return parts, nil }}
+	whole := pipeline.Bytes(want)
+	if size, _ := l.Size(); size != int64(len(want)) {
+		t.Fatalf("size %d, want %d", size, len(want))
+	}
+	for _, off := range []int64{0, 1, partSize - 1, partSize, 2*partSize + 5, int64(len(want)) - 3, int64(len(want)), int64(len(want)) + 1, -1} {
+		for _, n := range []int{0, 1, 7, partSize, 2*partSize + 3} {
+			got := make([]byte, n)
+			exp := make([]byte, n)
+			gn, gerr := l.ReadAt(got, off)
+			en, eerr := whole.ReadAt(exp, off)
+			if gn != en || (gerr == nil) != (eerr == nil) || !bytes.Equal(got[:gn], exp[:en]) {
+				t.Fatalf("ReadAt(%d bytes, %d) = %d, %v; want %d, %v", n, off, gn, gerr, en, eerr)
+			}
+		}
+	}
+	all, err := l.get()
+	if err != nil || !bytes.Equal(all, want) {
+		t.Fatalf("get: %d bytes, %v", len(all), err)
+	}
+}
