@@ -24,9 +24,20 @@ type spec struct {
 	data        []byte
 }
 
-func (s spec) component(zstd bool, d Digest) ComponentSpec {
+// rtCodec is how a round trip stores its components.
+type rtCodec int
+
+const (
+	rtRaw        rtCodec = iota
+	rtZstdFrames         // the default: independent frames and a seek table
+	rtZstdSingle         // one frame, as the reference writes
+)
+
+func (c rtCodec) String() string { return [...]string{"raw", "zstd", "zstd-single"}[c] }
+
+func (s spec) component(codec rtCodec, d Digest) ComponentSpec {
 	c := Component(s.role, s.dtype, s.data)
-	c.Zstd, c.Digest = zstd, d
+	c.Zstd, c.ZstdSingleFrame, c.Digest = codec != rtRaw, codec == rtZstdSingle, d
 	return c
 }
 
@@ -175,16 +186,16 @@ func roundTripObjects() []rtObject {
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, zstd := range []bool{false, true} {
+	for _, codec := range []rtCodec{rtRaw, rtZstdFrames, rtZstdSingle} {
 		for _, digest := range []Digest{DigestNone, DigestCRC32C, DigestSHA256} {
-			t.Run(fmt.Sprintf("zstd=%v/digest=%d", zstd, digest), func(t *testing.T) {
-				roundTrip(t, zstd, digest)
+			t.Run(fmt.Sprintf("%v/digest=%d", codec, digest), func(t *testing.T) {
+				roundTrip(t, codec, digest)
 			})
 		}
 	}
 }
 
-func roundTrip(t *testing.T, zstd bool, digest Digest) {
+func roundTrip(t *testing.T, codec rtCodec, digest Digest) {
 	objs := roundTripObjects()
 	var buf bytes.Buffer
 	w := NewWriter(&buf)
@@ -193,7 +204,7 @@ func roundTrip(t *testing.T, zstd bool, digest Digest) {
 		o := objs[i]
 		comps := make([]ComponentSpec, len(o.comps))
 		for j, s := range o.comps {
-			comps[j] = s.component(zstd, digest)
+			comps[j] = s.component(codec, digest)
 		}
 		if err := w.WriteObject(o.name, o.shape, o.format, o.attrs, comps); err != nil {
 			t.Fatal(err)
@@ -227,11 +238,11 @@ func roundTrip(t *testing.T, zstd bool, digest Digest) {
 		if !ok {
 			t.Fatalf("unexpected tensor %q", x.Name)
 		}
-		checkRoundTripped(t, file, x, o, zstd, digest)
+		checkRoundTripped(t, file, x, o, codec, digest)
 	}
 }
 
-func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject, zstd bool, digest Digest) {
+func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject, codec rtCodec, digest Digest) {
 	t.Helper()
 	where := fmt.Sprintf("tensor %q", x.Name)
 	if !reflect.DeepEqual(x.Shape, o.shape) || x.Layout != o.format || x.DType != o.dtype {
@@ -263,14 +274,19 @@ func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject,
 			t.Errorf("%s/%s: offset %d", where, s.role, c.Offset)
 		}
 		wantEnc, wantSize := formats.Raw, int64(len(s.data))
-		if zstd {
+		if codec != rtRaw {
 			wantEnc = formats.Zstd
 			if x.Layout != "dense" || x.Logical == nil {
 				wantSize = -1 // only decoding tells
 			}
-			if st := stored(t, file, c); len(st) < 6 || st[4] != 0 {
+		}
+		switch st := stored(t, file, c); codec {
+		case rtZstdSingle:
+			if len(st) < 6 || st[4] != 0 {
 				t.Errorf("%s/%s: zstd frame header descriptor %x, want 00 (no content size)", where, s.role, st[:6])
 			}
+		case rtZstdFrames:
+			checkZstdFrames(t, st, len(s.data), DefaultZstdFrameSize)
 		}
 		if c.Encoding != wantEnc || c.Size != wantSize {
 			t.Errorf("%s/%s: encoding %q size %d, want %q %d", where, s.role, c.Encoding, c.Size, wantEnc, wantSize)

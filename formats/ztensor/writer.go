@@ -10,6 +10,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"runtime"
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
@@ -34,12 +35,31 @@ type ComponentSpec struct {
 	DType string
 	// Data yields the component's bytes, little-endian; it is read to EOF.
 	Data io.Reader
-	// Zstd compresses the bytes as one zstd frame without a content size
-	// field or checksum, at the reference's level 3.
+	// Zstd compresses the bytes at the reference's level 3. By default the
+	// stream is made of independent frames of ZstdFrameSize decoded bytes
+	// each (the last one shorter), every frame recording its decoded size
+	// and a checksum, followed by a seek table in the zstd seekable format
+	// (a skippable frame that zstd decoders pass over): a reader can then
+	// decode any part, or several frames at once, without decoding what
+	// comes before. Any zstd decoder reads it as one stream.
 	Zstd bool
+	// ZstdSingleFrame writes the stream as the reference writer does
+	// instead: one frame without a content size field or checksum.
+	ZstdSingleFrame bool
+	// ZstdFrameSize is the decoded size of each frame of a multi-frame
+	// stream, at most 8 MiB; 0 means DefaultZstdFrameSize.
+	ZstdFrameSize int
 	// Digest to store, computed over the stored bytes.
 	Digest Digest
 }
+
+// DefaultZstdFrameSize is the decoded size of the frames of a multi-frame
+// zstd component: ztfs's block size, so that a read decodes one frame.
+const DefaultZstdFrameSize = 1 << 20
+
+// maxZstdFrameSize bounds ZstdFrameSize: the encoder's window, so that each
+// frame can be a single segment, which always records its decoded size.
+const maxZstdFrameSize = 8 << 20
 
 // Dense returns the data component of a dense tensor held in memory.
 func Dense(dtype string, data []byte) ComponentSpec {
@@ -54,15 +74,20 @@ func Component(role, dtype string, data []byte) ComponentSpec {
 // Writer writes a zTensor v1.1 file laid out as the reference writer does:
 // the magic, each component at the next multiple of 64 in call order with
 // zero padding, then the manifest and footer. Component bytes are streamed;
-// only the manifest is held in memory.
+// only the manifest is held in memory. zstd components are independent
+// frames with a seek table unless ComponentSpec.ZstdSingleFrame asks for the
+// reference's single frame; both are plain zstd streams to any decoder.
 type Writer struct {
 	w       io.Writer
 	off     uint64
 	err     error // sticky: the output is unusable after a write error
 	closed  bool
 	objects map[string]*writtenObject
-	zenc    *zstd.Encoder
-	pad     [alignment]byte
+	zenc    *zstd.Encoder // single frames
+	fenc    *zstd.Encoder // independent frames
+	// frameFree holds the buffers of frames compressed, for reuse.
+	frameFree []*frameWork
+	pad       [alignment]byte
 }
 
 type writtenObject struct {
@@ -111,6 +136,9 @@ func (w *Writer) WriteObject(name string, shape []uint64, format string, attrs m
 		}
 		if c.Data == nil {
 			return fmt.Errorf("tensor %q: component %q has no data", name, c.Role)
+		}
+		if c.ZstdFrameSize < 0 || c.ZstdFrameSize > maxZstdFrameSize {
+			return fmt.Errorf("tensor %q: component %q: zstd frame size %d outside [0, %d]", name, c.Role, c.ZstdFrameSize, maxZstdFrameSize)
 		}
 		roles[c.Role] = true
 	}
@@ -168,9 +196,16 @@ func (w *Writer) writeComponent(c ComponentSpec) (writtenComp, error) {
 	}
 	sink := &storedWriter{w: w, h: h}
 	var err error
-	if c.Zstd {
+	switch {
+	case c.Zstd && c.ZstdSingleFrame:
 		err = w.compress(sink, c.Data)
-	} else {
+	case c.Zstd:
+		size := c.ZstdFrameSize
+		if size == 0 {
+			size = DefaultZstdFrameSize
+		}
+		err = w.compressFrames(sink, c.Data, size)
+	default:
 		_, err = io.Copy(sink, c.Data)
 	}
 	if err != nil {
@@ -239,6 +274,121 @@ func (w *Writer) compress(dst io.Writer, src io.Reader) error {
 	}
 	return err
 }
+
+// compressFrames writes src as independent zstd frames of frameSize decoded
+// bytes, each a single segment with its content size and checksum, then a
+// seek table (zstd's "seekable format": a skippable frame with magic
+// 0x184D2A5E whose entries give each frame's stored and decoded sizes,
+// ending in 0x8F92EAB1). An empty src is one empty frame (and a table of one
+// entry).
+func (w *Writer) compressFrames(dst io.Writer, src io.Reader, frameSize int) error {
+	workers := min(runtime.GOMAXPROCS(0), maxFrameWorkers)
+	if w.fenc == nil {
+		enc, err := zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedDefault),
+			zstd.WithEncoderCRC(true),
+			zstd.WithZeroFrames(true),
+			zstd.WithSingleSegment(true),
+			zstd.WithWindowSize(maxZstdFrameSize),
+			zstd.WithEncoderConcurrency(workers))
+		if err != nil {
+			return err
+		}
+		w.fenc = enc
+	}
+	enc := w.fenc
+	// Frames are compressed on up to workers cores at once and written in
+	// order; every goroutine has ended when this returns.
+	var pending []*frameWork
+	var table []byte
+	var err error
+	frames := 0
+	next := func() {
+		j := pending[0]
+		pending = pending[1:]
+		<-j.done
+		w.frameFree = append(w.frameFree, j)
+		if err != nil {
+			return
+		}
+		if _, err = dst.Write(j.out); err == nil {
+			table = binary.LittleEndian.AppendUint32(table, uint32(len(j.out)))
+			table = binary.LittleEndian.AppendUint32(table, uint32(j.n))
+			frames++
+		}
+	}
+	for last := false; !last && err == nil; {
+		j := w.frameWork(frameSize)
+		n, rerr := io.ReadFull(src, j.in)
+		if rerr == io.EOF && frames+len(pending) > 0 || rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			w.frameFree = append(w.frameFree, j)
+			if rerr != io.EOF {
+				err = rerr
+			}
+			break
+		}
+		last = n < frameSize
+		j.n, j.done = n, make(chan struct{})
+		go func() {
+			defer close(j.done)
+			j.out = enc.EncodeAll(j.in[:j.n], j.out[:0])
+		}()
+		pending = append(pending, j)
+		if len(pending) == workers {
+			next()
+		}
+	}
+	for len(pending) > 0 {
+		next()
+	}
+	if err != nil {
+		return err
+	}
+	// Seek table: skippable frame header, entries, footer.
+	head := binary.LittleEndian.AppendUint32(nil, seekTableMagic)
+	head = binary.LittleEndian.AppendUint32(head, uint32(len(table)+seekFooterSize))
+	table = binary.LittleEndian.AppendUint32(table, uint32(frames))
+	table = append(table, 0) // descriptor: no checksums
+	table = binary.LittleEndian.AppendUint32(table, seekableMagic)
+	if _, err := dst.Write(head); err != nil {
+		return err
+	}
+	_, err = dst.Write(table)
+	return err
+}
+
+// maxFrameWorkers bounds the frames compressed at once.
+const maxFrameWorkers = 4
+
+// frameWork is one frame being compressed: its input, of n bytes, and its
+// output once done is closed.
+type frameWork struct {
+	in, out []byte
+	n       int
+	done    chan struct{}
+}
+
+// frameWork returns buffers for a frame of up to size bytes.
+func (w *Writer) frameWork(size int) *frameWork {
+	var j *frameWork
+	if n := len(w.frameFree); n > 0 {
+		j, w.frameFree = w.frameFree[n-1], w.frameFree[:n-1]
+	} else {
+		j = &frameWork{}
+	}
+	if cap(j.in) < size {
+		j.in = make([]byte, size)
+	}
+	j.in = j.in[:size]
+	return j
+}
+
+// The zstd seekable format's constants.
+const (
+	seekTableMagic = 0x184D2A5E
+	seekableMagic  = 0x8F92EAB1
+	seekFooterSize = 9
+)
 
 // Close writes the manifest and footer; attrs are the global attributes (nil
 // for none). It does not close the underlying writer.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math"
+	"math/rand"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -264,3 +265,87 @@ func benchmarkGroupNPY(b *testing.B, gptq bool) {
 
 func BenchmarkGroupNPYRows(b *testing.B) { benchmarkGroupNPY(b, false) }
 func BenchmarkGroupNPYGPTQ(b *testing.B) { benchmarkGroupNPY(b, true) }
+
+// benchFrames returns the benchmark weights as ztfs writes zstd by default:
+// independent 1 MiB frames, each with its size and checksum, and a seek
+// table.
+func benchFrames(b *testing.B) ([]byte, []byte) {
+	data := benchWeights(benchBytes)
+	return data, zstdFrames(b, data, 1<<20, frameOpts{seekTable: true, level: zstd.SpeedDefault})
+}
+
+// The same multi-frame stream decoded by one decoder on one core, as
+// BaselineZstdDecode does the single frame: the baseline of
+// ZstdFramesComponent.
+func BenchmarkBaselineZstdFramesDecode(b *testing.B) {
+	_, stored := benchFrames(b)
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(dec.Close)
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		dec.Reset(bytes.NewReader(stored))
+		io.Copy(io.Discard, dec)
+	}
+}
+
+// A multi-frame zstd component read sequentially from a cold cache (a new
+// pipeline, and so a new 64 MiB cache, each pass): frames decode ahead of
+// the reader on the other cores.
+func BenchmarkZstdFramesComponent(b *testing.B) {
+	data, stored := benchFrames(b)
+	var fb fileBuilder
+	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
+	src := fb.open(b)
+	tensor := &formats.Tensor{Name: "bench", Components: []*formats.Component{c}}
+	b.SetBytes(benchBytes)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p, _ := New(src, Options{Cache: cache.New(64 << 20)})
+		readSequential(b, p.Component(tensor, c))
+		p.Close()
+	}
+}
+
+// Random 4 KiB reads of a multi-frame zstd component through a cache of
+// 8 MiB (a quarter of the component): each miss decodes the one frame it
+// hits. MB/s count the bytes read.
+func BenchmarkZstdFramesRandom4K(b *testing.B) {
+	benchmarkRandom4K(b, true)
+}
+
+// The same reads of the single-frame stream, which must be decoded from
+// its start up to each block read.
+func BenchmarkZstdRandom4K(b *testing.B) {
+	benchmarkRandom4K(b, false)
+}
+
+func benchmarkRandom4K(b *testing.B, frames bool) {
+	data := benchWeights(benchBytes)
+	var stored []byte
+	if frames {
+		_, stored = benchFrames(b)
+	} else {
+		stored = zstdCompress(b, data)
+	}
+	var fb fileBuilder
+	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
+	src := fb.open(b)
+	tensor := &formats.Tensor{Name: "bench", Components: []*formats.Component{c}}
+	p, _ := New(src, Options{Cache: cache.New(8 << 20)})
+	b.Cleanup(p.Close)
+	r := p.Component(tensor, c)
+	rng := rand.New(rand.NewSource(1))
+	buf := make([]byte, 4096)
+	b.SetBytes(int64(len(buf)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		off := rng.Int63n(int64(len(data)) - int64(len(buf)))
+		if _, err := r.ReadAt(buf, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -20,11 +20,17 @@ const storedReadSize = 256 << 10
 const maxZstdWindow = 128 << 20
 
 // zstdStream decodes a zstd component (one or more concatenated frames)
-// block by block. Without a seek table a stream can only be decoded from its
-// start, so the stream keeps a decoder positioned where the last decode
-// stopped: sequential reads cost one pass, and only a read behind that
-// position starts over. Decoders come from a bounded pool shared by every
-// stream of a mount.
+// block by block.
+//
+// A stream of several frames that record their decoded sizes (or that a
+// seek table describes) is indexed on first use and served by a
+// framedStream: a read decodes only the frames that hold it, and sequential
+// reads decode the next frames on other cores (zstdframes.go).
+//
+// Any other stream can only be decoded from its start, so the stream keeps
+// a decoder positioned where the last decode stopped: sequential reads cost
+// one pass, and only a read behind that position starts over. Decoders come
+// from a bounded pool shared by every stream of a mount.
 type zstdStream struct {
 	stored    Reader // the compressed bytes
 	storedLen int64
@@ -32,6 +38,15 @@ type zstdStream struct {
 	pool      *decoderPool
 	out       *cached // the cache front of this stream, for Peek and Put
 	max       uint64  // cap on the decoded size while it is unknown
+	declared  int64   // the decoded size the file records, or -1
+
+	// indexed is done once, on first use: framed is then the frame index's
+	// server, nil for a stream decoded sequentially, and unindexed says why
+	// (for tests); indexErr is set when the headers show the wrong size.
+	indexed   sync.Once
+	framed    atomic.Pointer[framedStream]
+	unindexed error
+	indexErr  error
 
 	// state holds the decoded size once known, or the error that ends all
 	// use of the stream; reads of cached blocks check it without a lock.
@@ -47,7 +62,7 @@ type zstdState struct {
 }
 
 func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSize int64, pool *decoderPool) *zstdStream {
-	z := &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool, max: max}
+	z := &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool, max: max, declared: declared}
 	if declared >= 0 {
 		z.state.Store(&zstdState{size: declared})
 	}
@@ -65,12 +80,48 @@ func (z *zstdStream) size() (int64, error) {
 	if st := z.state.Load(); st != nil {
 		return st.size, st.err
 	}
+	if f, err := z.index(); err != nil {
+		return 0, z.fail(err)
+	} else if f != nil {
+		z.state.Store(&zstdState{size: f.size})
+		return f.size, nil
+	}
 	n, err := z.measure()
 	if err != nil {
 		return 0, z.fail(err)
 	}
 	z.state.Store(&zstdState{size: n})
 	return n, nil
+}
+
+// index returns the frame index's server of a multi-frame stream, nil for a
+// stream decoded sequentially, or an error when the frame headers already
+// show that the stream cannot have the size it must have.
+func (z *zstdStream) index() (*framedStream, error) {
+	z.indexed.Do(func() {
+		idx, why := indexFrames(readerAtFunc(z.stored.ReadAt), z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared)
+		if why != nil {
+			z.unindexed = why
+			return
+		}
+		switch total := idx.total(); {
+		case z.declared >= 0 && total < z.declared:
+			z.indexErr = fmt.Errorf("zstd stream ends after %d bytes, expected %d (frame headers)", total, z.declared)
+		case z.declared >= 0 && total > z.declared:
+			z.indexErr = fmt.Errorf("zstd stream decodes to more than the expected %d bytes: %d (frame headers)", z.declared, total)
+		case z.declared < 0 && uint64(total) > z.max:
+			z.indexErr = fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component: %d (frame headers)", z.max, total)
+		default:
+			z.framed.Store(newFramedStream(z, idx))
+		}
+	})
+	if st := z.state.Load(); st != nil && st.err != nil {
+		return nil, st.err
+	}
+	if z.indexErr != nil {
+		return nil, z.indexErr
+	}
+	return z.framed.Load(), nil
 }
 
 // measure decodes the whole stream to learn its size.
@@ -106,12 +157,25 @@ func (z *zstdStream) measure() (int64, error) {
 // must be is not served at all once that is known.
 func (z *zstdStream) fail(err error) error {
 	z.state.Store(&zstdState{err: err})
+	if f := z.framed.Load(); f != nil {
+		f.dropHeld()
+	}
 	z.out.cache.Drop(z.out.stream)
 	return err
 }
 
-// block decodes block k, advancing this stream's decoder to it.
+// block decodes block k: from its frames in a multi-frame stream, else by
+// advancing this stream's decoder to it.
 func (z *zstdStream) block(k int64) ([]byte, error) {
+	if st := z.state.Load(); st != nil && st.err == nil {
+		f, err := z.index()
+		if err != nil {
+			return nil, z.fail(err)
+		}
+		if f != nil {
+			return f.block(k)
+		}
+	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	st := z.state.Load()
@@ -256,12 +320,25 @@ type cursor struct {
 // decoderPool bounds the number of live zstd decoders of a mount, and with
 // it their memory. An idle decoder keeps its position for its stream until
 // another stream needs it.
+//
+// It also owns what multi-frame streams decode with: one decoder of whole
+// frames shared by every stream (at most max frame decodes at once), the
+// count of decodes running (close waits for them, and refuses new ones),
+// and the groups that streams hold decoded ahead of their readers.
 type decoderPool struct {
 	mu    sync.Mutex
 	freed sync.Cond
 	max   int
 	live  []*cursor
 	idle  list.List // most recently released at the front
+
+	frames  *zstd.Decoder // DecodeAll of whole frames; made on first use
+	closed  bool
+	running sync.WaitGroup // frame decodes in progress
+	ahead   int            // of which started ahead of a reader
+	held    list.List      // groups held for readers, oldest at the front
+	heldLen int64          // their bytes
+	budget  int64          // bound on heldLen; set by the first stream
 }
 
 func newDecoderPool(max int) *decoderPool {
@@ -309,8 +386,99 @@ func (p *decoderPool) release(c *cursor) {
 	p.freed.Signal()
 }
 
-// close frees every decoder.
+// errPoolClosed is the error of a decode after Pipeline.Close.
+var errPoolClosed = errors.New("zstd: pipeline closed")
+
+// enter counts a frame decode in, unless the pool is closed.
+func (p *decoderPool) enter() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errPoolClosed
+	}
+	p.running.Add(1)
+	return nil
+}
+
+func (p *decoderPool) leave() { p.running.Done() }
+
+// enterAhead counts in a frame decode ahead of readers, unless the pool is
+// closed or as many run ahead as there may be frame decodes at once.
+func (p *decoderPool) enterAhead() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.ahead >= max(2, p.max) {
+		return false
+	}
+	p.ahead++
+	p.running.Add(1)
+	return true
+}
+
+func (p *decoderPool) leaveAhead() {
+	p.mu.Lock()
+	p.ahead--
+	p.mu.Unlock()
+	p.running.Done()
+}
+
+// frameDecoder returns the shared decoder of whole frames.
+func (p *decoderPool) frameDecoder(blockSize int64) (*zstd.Decoder, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errPoolClosed
+	}
+	if p.frames == nil {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(max(2, p.max)),
+			zstd.WithDecoderMaxWindow(maxZstdWindow),
+			zstd.WithDecoderMaxMemory(uint64(2*max(maxFrameLimit, blockSize))))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		p.frames = dec
+	}
+	return p.frames, nil
+}
+
+// hold adds j, whose owner's lock is held, to the groups held for readers.
+// It returns the oldest groups to move to the cache to stay within budget;
+// the caller does so once it holds no lock.
+func (p *decoderPool) hold(j *groupJob) []*groupJob {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.budget == 0 {
+		p.budget = heldBudget(j.owner.z.out.cache.Capacity())
+	}
+	j.el = p.held.PushBack(j)
+	p.heldLen += j.held
+	var out []*groupJob
+	for p.heldLen > p.budget {
+		v := p.held.Remove(p.held.Front()).(*groupJob)
+		v.el = nil
+		p.heldLen -= v.held
+		out = append(out, v)
+	}
+	return out
+}
+
+// unhold takes j, whose owner's lock is held, out of the held groups.
+func (p *decoderPool) unhold(j *groupJob) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if j.el != nil {
+		p.held.Remove(j.el)
+		j.el = nil
+		p.heldLen -= j.held
+	}
+}
+
+// close frees every decoder, once the frame decodes running are done.
 func (p *decoderPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.running.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.live {
@@ -318,4 +486,10 @@ func (p *decoderPool) close() {
 	}
 	p.live = nil
 	p.idle.Init()
+	if p.frames != nil {
+		p.frames.Close()
+		p.frames = nil
+	}
+	p.held.Init()
+	p.heldLen = 0
 }

@@ -3,12 +3,16 @@
 //
 //	ztgen sample OUT            a small model: dense, zstd, bf16 and sparse tensors
 //	ztgen raw OUT SIZE          one raw f32 tensor of SIZE bytes
-//	ztgen zstd OUT SIZE         one zstd-compressed f32 tensor of SIZE decoded bytes
+//	ztgen zstd OUT SIZE         one zstd-compressed f32 tensor of SIZE decoded bytes, one frame
+//	ztgen zstd-frames OUT SIZE  the same as independent 1 MiB frames with a seek table
 //	ztgen many OUT N            N small raw tensors
 //	ztgen decode FILE TENSOR    decode TENSOR's zstd data in-process; print seconds
 //	ztgen tgm OUT SIZE CODEC    a Tensogram file, one float64 field of SIZE bytes, CODEC
 //	                            zstd, lz4, sp16 (simple_packing 16 bits) or sp16-szip
 //	ztgen tgmdecode FILE        decode the field of a tgm file in-process; print seconds
+//	ztgen mcf OUT RxC METHOD    an MCF file with one [R, C] tensor "w" quantized with METHOD
+//	ztgen two OUT SIZE zstd|raw two f32 tensors "a" and "b" of SIZE bytes each
+//	ztgen randread FILE N SEED  N random aligned 4 KiB reads of FILE; print seconds
 package main
 
 import (
@@ -37,17 +41,17 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 2 {
-		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE")
+		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | zstd-frames OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE | mcf OUT RxC METHOD | two OUT SIZE zstd|raw | randread FILE N SEED")
 	}
 	switch cmd, out := args[0], args[1]; {
 	case cmd == "sample" && len(args) == 2:
 		return writeFile(out, writeSample)
-	case (cmd == "raw" || cmd == "zstd") && len(args) == 3:
+	case (cmd == "raw" || cmd == "zstd" || cmd == "zstd-frames") && len(args) == 3:
 		size, err := units.RAMInBytes(args[2])
 		if err != nil || size%4 != 0 {
 			return fmt.Errorf("size %q: want a multiple of 4 bytes, e.g. 1GiB", args[2])
 		}
-		return writeFile(out, func(w *ztensor.Writer) error { return writeBig(w, size, cmd == "zstd") })
+		return writeFile(out, func(w *ztensor.Writer) error { return writeBig(w, size, cmd != "raw", cmd == "zstd-frames") })
 	case cmd == "many" && len(args) == 3:
 		n, err := strconv.Atoi(args[2])
 		if err != nil || n < 0 {
@@ -64,6 +68,25 @@ func run(args []string) error {
 		return writeTensogram(out, size, args[3])
 	case cmd == "tgmdecode" && len(args) == 2:
 		return decodeTensogram(out)
+	case cmd == "mcf" && len(args) == 4:
+		var rows, cols int
+		if _, err := fmt.Sscanf(args[2], "%dx%d", &rows, &cols); err != nil || rows <= 0 || cols <= 0 {
+			return fmt.Errorf("shape %q: want ROWSxCOLS, e.g. 8192x16384", args[2])
+		}
+		return writeMCF(out, rows, cols, args[3])
+	case cmd == "two" && len(args) == 4 && (args[3] == "zstd" || args[3] == "raw"):
+		size, err := units.RAMInBytes(args[2])
+		if err != nil || size%4 != 0 {
+			return fmt.Errorf("size %q: want a multiple of 4 bytes", args[2])
+		}
+		return writeTwo(out, size, args[3] == "zstd")
+	case cmd == "randread" && len(args) == 4:
+		n, err1 := strconv.Atoi(args[2])
+		seed, err2 := strconv.ParseInt(args[3], 10, 64)
+		if err1 != nil || err2 != nil || n <= 0 {
+			return fmt.Errorf("randread FILE N SEED: bad N %q or SEED %q", args[2], args[3])
+		}
+		return randomReads(out, n, seed)
 	}
 	return fmt.Errorf("unknown command line %q", args)
 }
@@ -189,10 +212,12 @@ func (r *valueReader) Read(p []byte) (int, error) {
 	return int(n), nil
 }
 
-func writeBig(w *ztensor.Writer, size int64, compress bool) error {
+// writeBig writes one f32 tensor "big": raw, zstd in one frame (as the
+// reference writes), or zstd in independent frames (ztfs's default).
+func writeBig(w *ztensor.Writer, size int64, compress, frames bool) error {
 	data := ztensor.Dense("f32", nil)
 	data.Data = bufio.NewReaderSize(&valueReader{size: size}, 1<<20)
-	data.Zstd = compress
+	data.Zstd, data.ZstdSingleFrame = compress, !frames
 	return w.WriteObject("big", []uint64{uint64(size / 4)}, "dense", nil, []ztensor.ComponentSpec{data})
 }
 
