@@ -10,7 +10,9 @@
 //
 // Writer writes v1.1 files as the reference writer lays them out, streaming
 // every component so that tensors of any size pass through in constant
-// memory.
+// memory, except that zstd components are independent 1 MiB frames with a
+// seek table unless a component asks for a single frame (what the
+// reference writes), so that readers can decode any part on its own.
 //
 // The v2 container (magic 89 5A 54 32 0D 0A 1A 0A) is recognised and refused.
 package ztensor
