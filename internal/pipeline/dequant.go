@@ -47,18 +47,7 @@ func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, erro
 	d.bpr = (l.Cols + 31) / 32
 	blocks := l.Rows * d.bpr // cannot overflow: at most Rows × Cols
 	need := func(role string, size uint64, what string) (Reader, error) {
-		r, err := readers(role)
-		if err != nil {
-			return nil, err
-		}
-		have, err := r.Size()
-		if err != nil {
-			return nil, err
-		}
-		if uint64(have) < size {
-			return nil, fmt.Errorf("component %q holds %d bytes, %s need %d", role, have, what, size)
-		}
-		return r, nil
+		return sizedComponent(readers, role, size, what)
 	}
 	var err error
 	if l.SuperBlocks == 0 {
@@ -179,4 +168,21 @@ func (d *dequantized) fillStep(out []byte, e0, e1 uint64) error {
 		copy(out[4*(lo-e0):4*(hi-e0)], values[128*i+4*(lo-first):128*i+4*(hi-first)])
 	}
 	return nil
+}
+
+// sizedComponent returns the reader of component role, which must hold at
+// least size bytes: what those bytes are for, to say so when it does not.
+func sizedComponent(readers func(string) (Reader, error), role string, size uint64, what string) (Reader, error) {
+	r, err := readers(role)
+	if err != nil {
+		return nil, err
+	}
+	have, err := r.Size()
+	if err != nil {
+		return nil, err
+	}
+	if uint64(have) < size {
+		return nil, fmt.Errorf("component %q holds %d bytes, %s need %d", role, have, what, size)
+	}
+	return r, nil
 }

@@ -116,18 +116,7 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 		if overflow {
 			return nil, fmt.Errorf("%s overflow", what)
 		}
-		r, err := readers(role)
-		if err != nil {
-			return nil, err
-		}
-		have, err := r.Size()
-		if err != nil {
-			return nil, err
-		}
-		if uint64(have) < size {
-			return nil, fmt.Errorf("component %q holds %d bytes, %s need %d", role, have, what, size)
-		}
-		return r, nil
+		return sizedComponent(readers, role, size, what)
 	}
 	mul := func(a, b uint64) (uint64, bool) { hi, lo := bits.Mul64(a, b); return lo, hi != 0 }
 	ceil := func(a, b uint64) uint64 { return a/b + min(a%b, 1) }
