@@ -349,6 +349,40 @@ func layoutMCF(m mcfMethod, rows, cols uint64) (mcfLayout, error) {
 	return l, nil
 }
 
+// MCFLayout locates the regions of a q*/k* payload (MCF spec §8), in bytes
+// from the payload's start: the float16 block scales (q*) or super-block
+// scales (k*) at 0, the 6-bit sub-scales (k* only) and the packed codes.
+type MCFLayout struct {
+	BlocksPerRow, SuperBlocksPerRow uint64 // SuperBlocksPerRow: k* only
+	Blocks, SuperBlocks             uint64
+	BlockBytes                      uint64 // bytes of codes per block
+	ScalesLen                       uint64
+	SubScalesOff, SubScalesLen      uint64
+	CodesOff, CodesLen              uint64
+	Size                            uint64
+}
+
+// LayoutMCF returns the payload layout of method for a [rows, cols] tensor,
+// with the errors of MCFPayloadSize.
+func LayoutMCF(method string, rows, cols uint64) (MCFLayout, error) {
+	m, err := mcfMethodFor(method)
+	if err != nil {
+		return MCFLayout{}, err
+	}
+	l, err := layoutMCF(m, rows, cols)
+	if err != nil {
+		return MCFLayout{}, err
+	}
+	out := MCFLayout{BlocksPerRow: l.bpr, SuperBlocksPerRow: l.spr, Blocks: l.tb, SuperBlocks: l.ts,
+		BlockBytes: uint64(m.blockB), CodesOff: l.codesOff, CodesLen: l.codesBytes, Size: l.size}
+	if m.kind == 'q' {
+		out.ScalesLen = 2 * l.tb // cannot overflow: layoutMCF checked it
+	} else {
+		out.ScalesLen, out.SubScalesOff, out.SubScalesLen = 2*l.ts, l.subOff, l.tb
+	}
+	return out, nil
+}
+
 // MCFPayloadSize is the exact size of a q*/k* payload of a [rows, cols]
 // tensor (QuantPayloadSize of the MCF spec §8): for q8 and q4
 // align64(2·TB) + TB·B, for k6, k4, k3 and k2

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant"
 )
 
 // Magic starts every MCF file.
@@ -199,70 +200,34 @@ type QuantLayout struct {
 	Size uint64
 }
 
-// errOverflow reports sizes beyond 64 bits.
-var errOverflow = fmt.Errorf("payload size overflows 64 bits")
-
 func mul(a, b uint64) (uint64, bool) {
 	hi, lo := bits.Mul64(a, b)
 	return lo, hi == 0
 }
 
-func add(a, b uint64) (uint64, bool) {
-	s, c := bits.Add64(a, b, 0)
-	return s, c == 0
-}
-
-func align64(x uint64) (uint64, bool) {
-	s, ok := add(x, payloadAlign-1)
-	return s &^ (payloadAlign - 1), ok
-}
-
 // Quant returns the payload layout of a quantized dtype code (q8, q4, k6,
-// k4, k3, k2) for a [rows, cols] tensor, with overflow-checked arithmetic.
+// k4, k3, k2) for a [rows, cols] tensor, with overflow-checked arithmetic;
+// the geometry itself is quant.LayoutMCF's, which the quantizer writes by.
 func Quant(code uint16, rows, cols uint64) (QuantLayout, error) {
 	info, ok := dtypeTable[code]
 	if !ok || (info.family != famQ && info.family != famK) {
 		return QuantLayout{}, fmt.Errorf("dtype %s is not a block-quantized type", dtypeLabel(uint32(code)))
 	}
-	l := QuantLayout{Bits: info.bits, Rows: rows, Cols: cols}
-	l.BlocksPerRow = cols/quantBlock + b2u(cols%quantBlock != 0)
-	l.BlockBytes = quantBlock * uint64(info.bits) / 8
-	// Every step is checked; fine stays true only if none overflows.
-	fine := true
-	check := func(v uint64, ok bool) uint64 {
-		fine = fine && ok
-		return v
+	q, err := quant.LayoutMCF(info.name, rows, cols)
+	if err != nil {
+		return QuantLayout{}, err
 	}
-	l.Blocks = check(mul(rows, l.BlocksPerRow))
-	codesLen := check(mul(l.Blocks, l.BlockBytes))
-	var codesOff uint64
-	if info.family == famQ {
-		l.Scales = formats.Region{Offset: 0, Length: check(mul(l.Blocks, 2))}
-		codesOff = check(align64(l.Scales.Length))
-	} else {
-		l.SuperPerRow = l.BlocksPerRow/quantSuperBlocks + b2u(l.BlocksPerRow%quantSuperBlocks != 0)
-		l.Supers = check(mul(rows, l.SuperPerRow))
-		l.Scales = formats.Region{Offset: 0, Length: check(mul(l.Supers, 2))}
-		l.SubScales = formats.Region{Offset: check(align64(l.Scales.Length)), Length: l.Blocks}
-		codesOff = check(align64(check(add(l.SubScales.Offset, l.Blocks))))
-	}
-	l.Codes = formats.Region{Offset: codesOff, Length: codesLen}
-	l.Size = check(add(codesOff, codesLen))
-	if !fine {
-		return l, errOverflow
-	}
-	return l, nil
+	return QuantLayout{Bits: info.bits, Rows: rows, Cols: cols,
+		BlocksPerRow: q.BlocksPerRow, SuperPerRow: q.SuperBlocksPerRow, Blocks: q.Blocks, Supers: q.SuperBlocks,
+		BlockBytes: q.BlockBytes,
+		Scales:     formats.Region{Offset: 0, Length: q.ScalesLen},
+		SubScales:  formats.Region{Offset: q.SubScalesOff, Length: q.SubScalesLen},
+		Codes:      formats.Region{Offset: q.CodesOff, Length: q.CodesLen},
+		Size:       q.Size}, nil
 }
 
 // QuantPayloadSize is the stored size of a q*/k* payload (§8).
 func QuantPayloadSize(code uint16, rows, cols uint64) (uint64, error) {
 	l, err := Quant(code, rows, cols)
 	return l.Size, err
-}
-
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
 }
