@@ -239,6 +239,17 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 		}
 		return v, nil
 	}
+	readMetadata := func(fr *frame) (*globalMetadata, error) {
+		v, err := readCBOR(fr)
+		if err != nil {
+			return nil, err
+		}
+		g, err := parseGlobalMetadata(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s frame at offset %d: %w", fr.name(), fr.off, err)
+		}
+		return g, nil
+	}
 	// Footer metadata is complete where a streaming writer's header copy
 	// holds only what it was given at the start (§6.3).
 	metaFrame := footerMeta
@@ -251,13 +262,9 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 		if fr == nil {
 			continue
 		}
-		v, err := readCBOR(fr)
+		g, err := readMetadata(fr)
 		if err != nil {
 			return nil, err
-		}
-		g, err := parseGlobalMetadata(v)
-		if err != nil {
-			return nil, fmt.Errorf("%s frame at offset %d: %w", fr.name(), fr.off, err)
 		}
 		dialectA = dialectA || g.version
 		if fr == metaFrame {
@@ -274,13 +281,9 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 		if fr == nil {
 			continue
 		}
-		v, err := readCBOR(fr)
+		g, err := readMetadata(fr)
 		if err != nil {
 			return nil, err
-		}
-		g, err := parseGlobalMetadata(v)
-		if err != nil {
-			return nil, fmt.Errorf("preceder metadata frame at offset %d: %w", fr.off, err)
 		}
 		if len(g.base) != 1 {
 			return nil, fmt.Errorf("preceder metadata frame at offset %d has %d base entries, not 1", fr.off, len(g.base))
