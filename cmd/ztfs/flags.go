@@ -11,6 +11,11 @@ import (
 // otherwise.
 const defaultCacheSize = 512 << 20
 
+// defaultReadAhead is the kernel read-ahead a mount asks for unless
+// --read-ahead says otherwise: in measurements 4 MiB read raw components
+// faster than 1-2 MiB and than 8 MiB or more.
+const defaultReadAhead = 4 << 20
+
 // sizeFlag is a byte count given as 512MiB, 512M, 2G or 1073741824; the
 // units are binary (M = MiB), as in dd and docker.
 type sizeFlag int64

@@ -26,6 +26,7 @@ import (
 type mountFlags struct {
 	foreground bool
 	cacheSize  sizeFlag
+	readAhead  sizeFlag
 	options    []string
 	debug      bool
 	verify     bool
@@ -36,7 +37,7 @@ type mountFlags struct {
 }
 
 func newMountCommand() *cobra.Command {
-	f := mountFlags{cacheSize: defaultCacheSize, readyFd: -1}
+	f := mountFlags{cacheSize: defaultCacheSize, readAhead: defaultReadAhead, readyFd: -1}
 	cmd := &cobra.Command{
 		Use:   "mount [flags] SOURCE MOUNTPOINT",
 		Short: "Mount a container file read-only at MOUNTPOINT",
@@ -55,6 +56,7 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl := cmd.Flags()
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "stay in the foreground; log to stderr")
 	fl.Var(&f.cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units)")
+	fl.Var(&f.readAhead, "read-ahead", "kernel read-ahead of sequential readers, e.g. 4MiB; 0 keeps the kernel's 128KiB (setting it needs root)")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
 	fl.BoolVar(&f.verify, "verify", false, "check every component's digest before serving its first byte; mismatches read as EIO")
@@ -153,7 +155,8 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	server, err := ztfs.Mount(mountpoint, s.Tree,
 		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(),
 			Check: s.Source.Check, CheckNow: s.Source.CheckNow, Logf: logf},
-		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog})
+		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
+			ReadAhead: int64(f.readAhead), Logf: logf})
 	if err != nil {
 		return fmt.Errorf("%s: mount: %w", mountpoint, err)
 	}
