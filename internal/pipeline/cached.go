@@ -31,9 +31,21 @@ func (c *cached) Size() (int64, error) { return c.src.size() }
 
 func (c *cached) key(k int64) cache.Key { return cache.Key{Stream: c.stream, Block: k} }
 
+// sequentialSource is a blockSource that wants to know which block a
+// reader has just been given, to decode the following ones ahead of it.
+type sequentialSource interface {
+	reading(k int64)
+}
+
 // get returns block k from the cache or the source.
 func (c *cached) get(k int64) ([]byte, error) {
-	return c.cache.Get(c.key(k), func() ([]byte, error) { return c.src.block(k) })
+	b, err := c.cache.Get(c.key(k), func() ([]byte, error) { return c.src.block(k) })
+	if err == nil {
+		if s, ok := c.src.(sequentialSource); ok {
+			s.reading(k)
+		}
+	}
+	return b, err
 }
 
 func (c *cached) ReadAt(p []byte, off int64) (int, error) {

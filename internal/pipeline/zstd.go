@@ -54,6 +54,12 @@ type zstdStream struct {
 
 	mu  sync.Mutex // serialises decoding
 	cur *cursor
+
+	// aheadTo is the last block a decode-ahead should reach; aheadRunning
+	// is set while one runs; aheadStarted counts them (for tests).
+	aheadTo      atomic.Int64
+	aheadRunning atomic.Bool
+	aheadStarted atomic.Int64
 }
 
 type zstdState struct {
@@ -178,6 +184,12 @@ func (z *zstdStream) block(k int64) ([]byte, error) {
 	}
 	z.mu.Lock()
 	defer z.mu.Unlock()
+	return z.blockLocked(k, true)
+}
+
+// blockLocked decodes block k with z.mu held. With restart false it gives
+// up (nil, nil) rather than decode the stream again from its start.
+func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 	st := z.state.Load()
 	if st == nil {
 		return nil, errors.New("zstd block read before the stream size is known")
@@ -193,12 +205,18 @@ func (z *zstdStream) block(k int64) ([]byte, error) {
 	if k < 0 || k > last {
 		return nil, fmt.Errorf("zstd block %d out of range", k)
 	}
+	if !restart && (z.cur == nil || z.cur.owner != z || z.cur.restart || z.cur.end || z.cur.next > k) {
+		return nil, nil
+	}
 	c, err := z.claim()
 	if err != nil {
 		return nil, err
 	}
 	defer z.pool.release(c)
 	if c.next > k || c.end {
+		if !restart {
+			return nil, nil
+		}
 		c.restart = true
 	}
 	for {
@@ -223,6 +241,98 @@ func (z *zstdStream) block(k int64) ([]byte, error) {
 			return data, nil
 		}
 	}
+}
+
+// sequentialAhead is how many blocks a stream decoded from its start
+// decodes ahead of a reader that has just read block k, on another core,
+// so that decoding the next blocks overlaps the copy of this one to the
+// reader. Zero when the cache is too small to hold them without evicting
+// what readers use.
+func (z *zstdStream) sequentialAhead() int64 {
+	return min(zstdSequentialAhead, heldBudget(z.out.cache.Capacity())/z.blockSize)
+}
+
+// zstdSequentialAhead bounds the decode-ahead of streams that are decoded
+// from their start: a few blocks keep the other core busy.
+const zstdSequentialAhead = 4
+
+// reading is told that a reader has block k: the stream then makes sure
+// the blocks after it up to k+sequentialAhead are being decoded, unless it
+// is indexed (multi-frame streams decode ahead on their own) or its
+// decoder is not positioned at or before them.
+func (z *zstdStream) reading(k int64) {
+	ahead := z.sequentialAhead()
+	if ahead <= 0 || z.framed.Load() != nil {
+		return
+	}
+	st := z.state.Load()
+	if st == nil || st.err != nil || k >= (st.size-1)/z.blockSize {
+		return
+	}
+	target := k + ahead
+	for {
+		cur := z.aheadTo.Load()
+		if cur >= target {
+			break
+		}
+		if z.aheadTo.CompareAndSwap(cur, target) {
+			break
+		}
+	}
+	if !z.aheadRunning.CompareAndSwap(false, true) {
+		return
+	}
+	if !z.pool.enterAhead() {
+		z.aheadRunning.Store(false)
+		return
+	}
+	z.aheadStarted.Add(1)
+	go func() {
+		defer z.pool.leaveAhead()
+		z.decodeAhead()
+	}()
+}
+
+// decodeAhead decodes the blocks after its decoder's position up to
+// aheadTo, one block per hold of the lock so that a reader waiting for a
+// block takes it as soon as it is there. It stops at the first block it
+// cannot decode without restarting the stream, and at any error (which
+// the reader of that block meets again).
+func (z *zstdStream) decodeAhead() {
+	for {
+		k, ok := z.nextAhead()
+		if !ok {
+			z.aheadRunning.Store(false)
+			// A reader may have raised aheadTo after the last look.
+			if k, ok = z.nextAhead(); !ok || !z.aheadRunning.CompareAndSwap(false, true) {
+				return
+			}
+		}
+		z.mu.Lock()
+		b, err := z.blockLocked(k, false)
+		z.mu.Unlock()
+		if err != nil || b == nil {
+			z.aheadRunning.Store(false)
+			return
+		}
+	}
+}
+
+// nextAhead returns the next block the decode-ahead should decode.
+func (z *zstdStream) nextAhead() (int64, bool) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	c := z.cur
+	if c == nil || c.owner != z || c.restart || c.end || z.pool.isClosed() {
+		return 0, false
+	}
+	k := c.next
+	if _, cached := z.out.cache.Peek(z.out.key(k)); cached {
+		// Decoded before and still cached: the reader does not need the
+		// decoder here, and decoding it again would not move it on.
+		return 0, false
+	}
+	return k, k <= z.aheadTo.Load()
 }
 
 // expectEnd checks that the stream has nothing after the declared size.
@@ -413,6 +523,13 @@ func (p *decoderPool) enterAhead() bool {
 	p.ahead++
 	p.running.Add(1)
 	return true
+}
+
+// isClosed reports whether the pool has been closed.
+func (p *decoderPool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 func (p *decoderPool) leaveAhead() {

@@ -1,0 +1,89 @@
+package pipeline
+
+import (
+	"bytes"
+	"math/rand"
+	"sync"
+	"testing"
+
+	"github.com/ztfs/ztfs/cache"
+)
+
+// A stream decoded from its start decodes the blocks after a sequential
+// reader's on another goroutine, and what every read returns is unchanged,
+// in order, out of order and when the pipeline closes under the readers.
+func TestZstdSequentialAhead(t *testing.T) {
+	data := randomBytes(64*4096+123, 9)
+	stored := unsizedFrame(t, data)
+	tests := []struct {
+		name      string
+		cache     int64
+		wantAhead bool
+	}{
+		{"cache holds the stream", 64 << 20, true},
+		{"cache too small to decode ahead", 16 << 10, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, r, z := framedComponentCache(t, stored, cache.New(tc.cache))
+			if z.framed.Load() != nil {
+				t.Fatal("a one-frame stream was indexed")
+			}
+			buf := make([]byte, 4096)
+			for off := int64(0); off < int64(len(data)); off += 4096 {
+				n, err := r.ReadAt(buf, off)
+				if err != nil && int(off)+n != len(data) {
+					t.Fatalf("read at %d: %v", off, err)
+				}
+				if !bytes.Equal(buf[:n], data[off:off+int64(n)]) {
+					t.Fatalf("read at %d differs", off)
+				}
+			}
+			if got := z.aheadStarted.Load() > 0; got != tc.wantAhead {
+				t.Errorf("decode-ahead started: %v, want %v", got, tc.wantAhead)
+			}
+		})
+	}
+	t.Run("random and backward reads", func(t *testing.T) {
+		_, r, _ := framedComponentCache(t, stored, cache.New(64<<10))
+		rng := rand.New(rand.NewSource(3))
+		for i := 0; i < 300; i++ {
+			off := rng.Int63n(int64(len(data)))
+			n := 1 + rng.Intn(3*4096)
+			buf := make([]byte, n)
+			got, _ := r.ReadAt(buf, off)
+			if want := min(n, len(data)-int(off)); got != want || !bytes.Equal(buf[:got], data[off:off+int64(got)]) {
+				t.Fatalf("read of %d at %d: %d bytes, or wrong ones", n, off, got)
+			}
+		}
+	})
+	// Close right after the reads, while blocks are still being decoded
+	// ahead: it waits for them. (Closing under readers themselves is not
+	// allowed: a mount closes its pipeline after the last reader is gone.)
+	t.Run("close during decode-ahead", func(t *testing.T) {
+		p, r, _ := framedComponentCache(t, stored, cache.New(64<<20))
+		var wg sync.WaitGroup
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 8192)
+				for off := int64(0); off < int64(len(data))/2; off += int64(len(buf)) {
+					n, err := r.ReadAt(buf, off)
+					if err == nil && !bytes.Equal(buf[:n], data[off:off+int64(n)]) {
+						t.Errorf("read at %d differs", off)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		p.Close()
+	})
+}
+
+// framedComponentCache is framedComponent with a given cache.
+func framedComponentCache(t *testing.T, stored []byte, c *cache.Cache) (*Pipeline, Reader, *zstdStream) {
+	t.Helper()
+	return framedComponent(t, stored, -1, Options{Cache: c})
+}
