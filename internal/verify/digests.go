@@ -1,5 +1,8 @@
-// Package verify checks the digests a container file records, for
-// `ztfs inspect --verify`.
+// Package verify answers whether a container file is intact and fully
+// readable: it checks every digest the file records and reads every file of
+// its tree to the end through the decoding pipeline, as a mount serves
+// them. `ztfs verify` runs all of it; `ztfs inspect --verify` uses the
+// digest checks alone.
 package verify
 
 import (
