@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/verify"
 )
 
 func newInspectCommand() *cobra.Command {
@@ -121,43 +120,25 @@ func printTable(w io.Writer, source string, c *formats.Container) {
 // verifyDigests checks every recorded digest and reports each result.
 func verifyDigests(w io.Writer, source string, s *session.Session) error {
 	checked, failed := 0, 0
-	type covered struct {
-		digest      string
-		off, length uint64
-	}
-	seen := map[covered]bool{}
-	for _, t := range s.Container.Tensors {
-		for _, c := range t.Components {
-			if c.Digest == "" {
-				continue
-			}
-			// A digest over more than one component's bytes (a Tensogram
-			// frame hash) is checked and reported once, for the first.
-			key := covered{c.Digest, c.Offset, c.Length}
-			if r := c.DigestRegion; r != nil {
-				key.off, key.length = r.Offset, r.Length
-			}
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			where := fmt.Sprintf("tensor %q: component %q", t.Name, c.Role)
-			err := digest.Check(s.Source, int64(key.off), int64(key.length), c.Digest)
-			var mismatch *digest.MismatchError
-			switch {
-			case err == nil:
-				checked++
-				fmt.Fprintf(w, "ok        %s: %s\n", where, c.Digest)
-			case errors.Is(err, digest.ErrUnverifiable):
-				fmt.Fprintf(w, "skipped   %s: %v\n", where, err)
-			case errors.As(err, &mismatch):
-				checked++
-				failed++
-				fmt.Fprintf(w, "MISMATCH  %s: %v\n", where, err)
-			default:
-				failed++
-				fmt.Fprintf(w, "ERROR     %s: %v\n", where, err)
-			}
+	for _, d := range verify.Digests(s.Container) {
+		// A digest over more than one component's bytes (a Tensogram
+		// frame hash) is checked and reported once, for the first.
+		first := d.Covers[0]
+		where := fmt.Sprintf("tensor %q: component %q", first.Tensor.Name, first.Component.Role)
+		err := d.Check(s.Source)
+		switch verify.Classify(err) {
+		case verify.OK:
+			checked++
+			fmt.Fprintf(w, "ok        %s: %s\n", where, d.Text)
+		case verify.Unverifiable:
+			fmt.Fprintf(w, "skipped   %s: %v\n", where, err)
+		case verify.Mismatch:
+			checked++
+			failed++
+			fmt.Fprintf(w, "MISMATCH  %s: %v\n", where, err)
+		default:
+			failed++
+			fmt.Fprintf(w, "ERROR     %s: %v\n", where, err)
 		}
 	}
 	fmt.Fprintf(w, "%d digests checked, %d failed\n", checked, failed)

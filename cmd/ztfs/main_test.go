@@ -63,7 +63,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if r := run(t, "--version"); r.code != 0 || r.stdout != "ztfs "+version+"\n" {
 		t.Errorf("--version: %+v", r)
 	}
-	for _, cmd := range []string{"mount", "unmount", "inspect", "cat"} {
+	for _, cmd := range []string{"mount", "unmount", "inspect", "cat", "verify"} {
 		r := run(t, cmd, "--help")
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "ztfs "+cmd) {
 			t.Errorf("%s --help: %+v", cmd, r)
@@ -78,10 +78,17 @@ func TestVersionAndHelp(t *testing.T) {
 	if strings.Contains(mount, "ready-fd") {
 		t.Error("mount --help shows the internal --ready-fd")
 	}
+	verify := run(t, "verify", "--help").stdout
+	for _, want := range []string{"--json", "--npy-dtype", "--cache-size", "Exit status 0", "progress bar"} {
+		if !strings.Contains(verify, want) {
+			t.Errorf("verify --help lacks %s", want)
+		}
+	}
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "rw", "a", t.TempDir()}} {
+	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "rw", "a", t.TempDir()},
+		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"}} {
 		r := run(t, args...)
 		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "ztfs: ") || strings.Count(r.stderr, "\n") != 1 {
 			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)

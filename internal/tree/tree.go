@@ -337,13 +337,35 @@ func (n *Node) finish(next *uint64, stride uint64) error {
 
 func compareNodes(a, b *Node) int { return strings.Compare(a.Name, b.Name) }
 
+// dataFile is a file of a tensor directory that holds the tensor's bytes.
+type dataFile struct {
+	name      string
+	component *formats.Component // nil for tensor.npy
+	reader    pipeline.Reader
+}
+
+// dataFiles returns the component files in the order of the components,
+// then tensor.npy when the tensor has one: what fill serves, and what
+// TensorFiles hands to a pass that does not fill directories.
+func (td *tensorDir) dataFiles() []dataFile {
+	t, p := td.t, td.tr.p
+	out := make([]dataFile, 0, len(t.Components)+1)
+	for _, c := range t.Components {
+		out = append(out, dataFile{name: componentFile(c.Role), component: c, reader: p.Component(t, c)})
+	}
+	if r, err := p.NPY(t); err == nil {
+		out = append(out, dataFile{name: npyName, reader: r})
+	}
+	return out
+}
+
 // fill creates a tensor directory's files; id is the directory's number.
 func (td *tensorDir) fill(id uint64) []*Node {
-	t, p := td.t, td.tr.p
 	files := td.files()
-	nodes := make([]*Node, 0, len(files))
-	for i, c := range t.Components {
-		nodes = append(nodes, &Node{Name: files[i], Reader: p.Component(t, c)})
+	data := td.dataFiles()
+	nodes := make([]*Node, 0, len(data)+1)
+	for _, f := range data {
+		nodes = append(nodes, &Node{Name: f.name, Reader: f.reader})
 	}
 	meta := &lazyBytes{build: func() ([][]byte, error) {
 		w := &jsonWriter{}
@@ -353,9 +375,6 @@ func (td *tensorDir) fill(id uint64) []*Node {
 		return [][]byte{append(w.buf, '\n')}, nil
 	}}
 	nodes = append(nodes, &Node{Name: metaName, Reader: meta})
-	if r, err := p.NPY(t); err == nil {
-		nodes = append(nodes, &Node{Name: npyName, Reader: r})
-	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	for i, n := range nodes {
 		n.ID = id + 1 + uint64(i)
@@ -430,4 +449,55 @@ func (l *lazyBytes) ReadAt(p []byte, off int64) (int, error) {
 		n += copy(p[n:], l.parts[at/partSize][at%partSize:])
 	}
 	return n, err
+}
+
+// File is one file of the tree, for a pass over every file that does not
+// walk the tensor directories.
+type File struct {
+	// Path from the root, slash-separated, escaped as in the tree.
+	Path string
+	// Reader serves the file's bytes, as the tree does.
+	Reader pipeline.Reader
+	// Component is the component a component file holds; nil for any other
+	// file.
+	Component *formats.Component
+}
+
+// TensorPath returns the directory of tensor t from the root:
+// tensors/<escaped path>.
+func TensorPath(t *formats.Tensor) string { return (&tensorDir{t: t}).path() }
+
+// TensorFiles returns the files of t's directory that hold its bytes: one
+// per component in the order of the components, then tensor.npy when t has
+// one, with the readers the directory serves them with. It does not fill
+// the directory, so a pass over every tensor keeps no nodes alive.
+func (tr *Tree) TensorFiles(t *formats.Tensor) []File {
+	td := &tensorDir{t: t, tr: tr}
+	dir := td.path()
+	data := td.dataFiles()
+	out := make([]File, len(data))
+	for i, f := range data {
+		out[i] = File{Path: dir + "/" + f.name, Reader: f.reader, Component: f.component}
+	}
+	return out
+}
+
+// OtherFiles returns every file outside the tensor directories, depth
+// first in name order: manifest.json and a format's extra files.
+func (tr *Tree) OtherFiles() []File {
+	var out []File
+	var walk func(dir string, n *Node)
+	walk = func(dir string, n *Node) {
+		for _, c := range n.children {
+			switch {
+			case c.tensor != nil: // a tensor directory: see TensorFiles
+			case c.IsDir():
+				walk(dir+c.Name+"/", c)
+			default:
+				out = append(out, File{Path: dir + c.Name, Reader: c.Reader})
+			}
+		}
+	}
+	walk("", tr.Root)
+	return out
 }

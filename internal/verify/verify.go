@@ -1,0 +1,468 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/digest"
+	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/tree"
+)
+
+// DefaultCacheSize bounds the decoded-block cache of a run unless Options
+// say otherwise. A run reads each file once and the files of a tensor
+// together, so it needs little more than a sparse tensor's window.
+const DefaultCacheSize = 64 << 20
+
+// readSize is the size of each read of a file: the pipeline's block size,
+// so that the buffer is the only memory a read adds to the cache's.
+const readSize = pipeline.DefaultBlockSize
+
+// Options configure File.
+type Options struct {
+	// CacheSize bounds the decoded-block cache; 0 for DefaultCacheSize.
+	CacheSize int64
+	// NPYFloat16 reads every tensor.npy as a mount with --npy-dtype float16
+	// serves it.
+	NPYFloat16 bool
+	// Progress follows the run; nil for none.
+	Progress Progress
+}
+
+// Progress follows a run in bytes: those it will hash or read, and those
+// it has. Its methods are called from the goroutine that called File.
+type Progress interface {
+	// Expect adds n, which may be negative, to the bytes the run expects
+	// to process: the run first announces what the index tells, then
+	// corrects it as files reveal their sizes or fail.
+	Expect(n int64)
+	// Done reports n more bytes processed.
+	Done(n int64)
+}
+
+type noProgress struct{}
+
+func (noProgress) Expect(int64) {}
+func (noProgress) Done(int64)   {}
+
+// File opens the container at path and verifies it: every digest it
+// records is checked, and every file of its tree is read to its end. An
+// error means the file could not be opened (one line that starts with
+// path); everything found after that is in the report.
+//
+// The tree is read without digest checks in the pipeline (VerifyNone):
+// digests are checked on their own, so a damaged component shows both
+// whether its bytes match their digest and whether they still decode.
+func File(path string, opts Options) (*Report, error) {
+	start := time.Now()
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = DefaultCacheSize
+	}
+	if opts.Progress == nil {
+		opts.Progress = noProgress{}
+	}
+	notes := &noteLog{}
+	s, err := session.Open(path, session.Options{CacheSize: opts.CacheSize, Verify: pipeline.VerifyNone,
+		NPYFloat16: opts.NPYFloat16, Logf: notes.logf})
+	if err != nil {
+		return nil, err
+	}
+	r := newVerifier(s, opts.Progress).run(path)
+	// Closing waits for the decoders' own goroutines, the last to log.
+	s.Close()
+	r.Notes = notes.list()
+	r.Summary.Seconds = math.Round(time.Since(start).Seconds()*1000) / 1000
+	return r, nil
+}
+
+func newVerifier(s *session.Session, progress Progress) *verifier {
+	return &verifier{
+		s:        s,
+		progress: progress,
+		src:      &countingSource{src: s.Source, progress: progress},
+		buf:      make([]byte, readSize),
+		digestOf: map[*formats.Component]*Digest{},
+		results:  map[*Digest]*DigestResult{},
+	}
+}
+
+// verifier is one run over an opened session.
+type verifier struct {
+	s        *session.Session
+	progress Progress
+	src      *countingSource
+	buf      []byte
+	digestOf map[*formats.Component]*Digest
+	results  map[*Digest]*DigestResult
+	summary  Summary
+}
+
+func (v *verifier) run(path string) *Report {
+	c := v.s.Container
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	r := &Report{
+		Version:  ReportVersion,
+		File:     FileInfo{Path: abs, Size: v.s.Source.Size()},
+		Format:   c.Format,
+		Warnings: append([]string{}, c.Warnings...),
+		Tensors:  make([]Tensor, 0, len(c.Tensors)),
+		Files:    []Read{},
+	}
+	if c.FormatVersion != "" {
+		version := c.FormatVersion
+		r.FormatVersion = &version
+	}
+	digests := Digests(c)
+	for _, d := range digests {
+		for _, cv := range d.Covers {
+			v.digestOf[cv.Component] = d
+		}
+	}
+	v.progress.Expect(v.plan(digests))
+	for _, f := range v.s.Tree.OtherFiles() {
+		read := v.readFiles([]*reading{{what: f.Path, r: f.Reader, res: &Read{Path: f.Path}}})
+		r.Files = append(r.Files, *read[0].res)
+	}
+	for _, t := range c.Tensors {
+		r.Tensors = append(r.Tensors, v.tensor(t))
+	}
+	v.summarize(r, len(digests))
+	return r
+}
+
+// plan returns the bytes the run expects to process from the index alone:
+// the bytes every digest covers, and the sizes of the tensors' files where
+// the index records them. The other sizes are added as they are learnt.
+func (v *verifier) plan(digests []*Digest) int64 {
+	var n int64
+	size := uint64(v.s.Source.Size())
+	for _, d := range digests {
+		if d.Region.Offset <= size && d.Region.Length <= size-d.Region.Offset {
+			n = addSat(n, int64(d.Region.Length))
+		}
+	}
+	for _, t := range v.s.Container.Tensors {
+		for _, c := range t.Components {
+			n = addSat(n, plannedSize(c))
+		}
+		if info, err := v.s.Pipeline.NPYOf(t); err == nil {
+			n = addSat(n, int64(info.Size))
+		}
+	}
+	return n
+}
+
+// addSat adds two non-negative sizes, stopping at the largest int64: a
+// hostile index may declare sizes no file has.
+func addSat(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// plannedSize is the size of c's file as the index records it, or 0 when
+// only decoding tells.
+func plannedSize(c *formats.Component) int64 {
+	switch {
+	case !c.Decodable():
+		return int64(min(c.Length, math.MaxInt64))
+	case c.Size >= 0:
+		return c.Size
+	}
+	return 0
+}
+
+// tensor checks the digests of t's components and reads its files.
+func (v *verifier) tensor(t *formats.Tensor) Tensor {
+	res := Tensor{Name: t.Name, Path: tree.TensorPath(t), Components: make([]Component, len(t.Components))}
+	index := make(map[*formats.Component]int, len(t.Components))
+	for i, c := range t.Components {
+		index[c] = i
+		// TensorFiles gives every component a file, whose read replaces
+		// this; were one ever missing, the report would say so.
+		res.Components[i] = Component{Role: c.Role, Encoding: string(c.Encoding), Digest: v.digest(c),
+			Read: Read{Path: "", Result: Error, Size: -1, Error: fmt.Sprintf("tensor %q: component %q: no file in the tree", t.Name, c.Role)}}
+	}
+	files := v.s.Tree.TensorFiles(t)
+	reads := make([]*reading, len(files))
+	for i, f := range files {
+		rd := &reading{r: f.Reader, res: &Read{Path: f.Path}}
+		if c := f.Component; c != nil {
+			rd.what = fmt.Sprintf("tensor %q: component %q", t.Name, c.Role)
+			rd.planned = plannedSize(c)
+			rd.stored = !c.Decodable()
+		} else {
+			rd.what = fmt.Sprintf("tensor %q: tensor.npy", t.Name)
+			if info, err := v.s.Pipeline.NPYOf(t); err == nil {
+				rd.planned = int64(info.Size)
+			}
+		}
+		reads[i] = rd
+	}
+	for i, rd := range v.readFiles(reads) {
+		if c := files[i].Component; c != nil {
+			res.Components[index[c]].Read = *rd.res
+		} else {
+			res.NPY = rd.res
+		}
+	}
+	if res.NPY == nil {
+		if err := pipeline.NPYMissing(t); err != nil {
+			res.NPYMissing = err.Error()
+		}
+	}
+	res.Problems = res.findProblems()
+	res.Status = res.status()
+	return res
+}
+
+// digest returns the result of the digest c records, checking it on first
+// use; nil when c records none.
+func (v *verifier) digest(c *formats.Component) *DigestResult {
+	d := v.digestOf[c]
+	if d == nil {
+		return nil
+	}
+	if res, ok := v.results[d]; ok {
+		return res
+	}
+	before := v.src.n
+	err := d.Check(v.src)
+	hashed := v.src.n - before
+	if size := uint64(v.s.Source.Size()); d.Region.Offset <= size && d.Region.Length <= size-d.Region.Offset {
+		v.progress.Expect(hashed - int64(d.Region.Length)) // what an early stop left out
+	}
+	res := &DigestResult{Value: d.Text, Result: Classify(err), Covers: ByteRange{d.Region.Offset, d.Region.Length}}
+	var mismatch *digest.MismatchError
+	if errors.As(err, &mismatch) {
+		res.Expected, res.Computed = mismatch.Expected, mismatch.Actual
+	}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	v.results[d] = res
+	return res
+}
+
+// reading is one file being read to its end.
+type reading struct {
+	what    string // names the file in errors that are not the pipeline's
+	r       pipeline.Reader
+	planned int64 // the size plan counted for it
+	stored  bool  // a component file that holds its stored bytes
+	res     *Read
+	size    int64
+	off     int64
+	done    bool
+}
+
+// readFiles reads files to their ends and returns them with their results.
+// It moves through them together, each by the same share of its size at a
+// time: a tensor.npy then asks for the blocks its component files have just
+// decoded, still in the cache, so that a large compressed tensor is
+// decoded once rather than once per file.
+func (v *verifier) readFiles(files []*reading) []*reading {
+	var longest int64
+	for _, f := range files {
+		size, err := f.r.Size()
+		if err == nil && size < 0 {
+			err = fmt.Errorf("%s: negative size %d", f.what, size)
+		}
+		if err != nil {
+			f.res.Size = -1
+			v.progress.Expect(-f.planned)
+			v.fail(f, err)
+			continue
+		}
+		f.size, f.res.Size = size, size
+		v.progress.Expect(size - f.planned)
+		longest = max(longest, size)
+	}
+	chunk := int64(len(v.buf))
+	steps := longest / chunk
+	if longest%chunk != 0 || steps == 0 {
+		steps++
+	}
+	for k := int64(1); k <= steps; k++ {
+		for _, f := range files {
+			target := share(f.size, k, steps)
+			for !f.done && f.off < target {
+				v.step(f, target)
+			}
+		}
+	}
+	for _, f := range files {
+		if f.done {
+			continue
+		}
+		f.res.Result = OK
+		if f.stored {
+			f.res.Result = NotDecoded
+		}
+	}
+	return files
+}
+
+// share returns size × k / steps (k ≤ steps) without overflow.
+func share(size, k, steps int64) int64 {
+	hi, lo := bits.Mul64(uint64(size), uint64(k))
+	q, _ := bits.Div64(hi, lo, uint64(steps)) // hi < steps because k ≤ steps
+	return int64(q)
+}
+
+// step reads the next bytes of f, up to target.
+func (v *verifier) step(f *reading, target int64) {
+	n := min(int64(len(v.buf)), target-f.off)
+	got, err := f.r.ReadAt(v.buf[:n], f.off)
+	got = max(0, min(got, int(n)))
+	f.off += int64(got)
+	f.res.Bytes += int64(got)
+	v.summary.BytesRead += int64(got)
+	v.progress.Done(int64(got))
+	switch {
+	case errors.Is(err, io.EOF) && f.off < target:
+		v.fail(f, fmt.Errorf("%s: ends after %d of its %d bytes: %w", f.what, f.off, f.size, io.ErrUnexpectedEOF))
+	case err != nil && !errors.Is(err, io.EOF):
+		v.fail(f, err) // the pipeline's errors name the file already
+	case err == nil && int64(got) < n:
+		v.fail(f, fmt.Errorf("%s: a read at %d returned %d of %d bytes and no error", f.what, f.off, got, n))
+	}
+}
+
+// fail ends the read of f with err and takes its unread bytes off the plan.
+func (v *verifier) fail(f *reading, err error) {
+	f.done = true
+	f.res.Result = Error
+	f.res.Error = err.Error()
+	if rest := f.size - f.off; rest > 0 {
+		v.progress.Expect(-rest)
+	}
+}
+
+// summarize counts the results of r.
+func (v *verifier) summarize(r *Report, digests int) {
+	s := v.summary
+	s.Tensors = len(r.Tensors)
+	s.Digests = digests
+	for _, res := range v.results {
+		switch res.Result {
+		case OK:
+			s.DigestsChecked++
+		case Mismatch:
+			s.DigestsChecked++
+			s.DigestsFailed++
+		case Unverifiable:
+			s.DigestsUnverifiable++
+		default:
+			s.DigestsFailed++
+		}
+	}
+	countRead := func(rd *Read) {
+		s.Files++
+		if rd.Result == Error {
+			s.FilesFailed++
+		}
+	}
+	for i := range r.Files {
+		countRead(&r.Files[i])
+	}
+	for i := range r.Tensors {
+		t := &r.Tensors[i]
+		switch t.Status {
+		case StatusOK:
+			s.OK++
+		case StatusFailed:
+			s.Failed++
+		default:
+			s.Unverifiable++
+		}
+		for j := range t.Components {
+			countRead(&t.Components[j].Read)
+		}
+		if t.NPY != nil {
+			countRead(t.NPY)
+		}
+	}
+	s.BytesHashed = v.src.n
+	s.BytesChecked = s.BytesHashed + s.BytesRead
+	switch {
+	case s.Tensors == 0:
+		s.Note = "the file holds no tensors"
+	case s.DigestsChecked == 0 && s.DigestsFailed == 0:
+		s.Note = "no digest was checked (the file records none that ztfs knows): every file was read and decoded, but raw bytes cannot be compared with anything"
+	}
+	r.Status = StatusOK
+	if s.Failed > 0 || s.FilesFailed > 0 {
+		r.Status = StatusFailed
+	}
+	r.Summary = s
+}
+
+// countingSource counts and reports the bytes digests are computed over.
+type countingSource struct {
+	src      Source
+	progress Progress
+	n        int64
+}
+
+func (c *countingSource) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.src.ReadAt(p, off)
+	c.n += int64(n)
+	c.progress.Done(int64(n))
+	return n, err
+}
+
+func (c *countingSource) Size() int64 { return c.src.Size() }
+
+// maxNotes bounds the notes a run keeps: a damaged file may make the
+// pipeline note the same thing for every block.
+const maxNotes = 100
+
+// noteLog collects the pipeline's notes, each once. The pipeline may log
+// from its decoders' goroutines.
+type noteLog struct {
+	mu      sync.Mutex
+	seen    map[string]bool
+	notes   []string
+	dropped int
+}
+
+func (l *noteLog) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen[msg] {
+		return
+	}
+	if len(l.notes) >= maxNotes {
+		l.dropped++
+		return
+	}
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	l.seen[msg] = true
+	l.notes = append(l.notes, msg)
+}
+
+func (l *noteLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := append([]string{}, l.notes...)
+	if l.dropped > 0 {
+		out = append(out, fmt.Sprintf("%d more notes left out", l.dropped))
+	}
+	return out
+}
