@@ -10,7 +10,7 @@
 //
 // Writer writes v1.1 files as the reference writer lays them out, streaming
 // every component so that tensors of any size pass through in constant
-// memory, except that zstd components are independent 1 MiB frames with a
+// memory, except that zstd components are independent 128 KiB frames with a
 // seek table unless a component asks for a single frame (what the
 // reference writes), so that readers can decode any part on its own.
 //

@@ -54,8 +54,12 @@ type ComponentSpec struct {
 }
 
 // DefaultZstdFrameSize is the decoded size of the frames of a multi-frame
-// zstd component: ztfs's block size, so that a read decodes one frame.
-const DefaultZstdFrameSize = 1 << 20
+// zstd component: squashfs's block size. ztfs serves such a stream in
+// blocks of one frame, so a random read decodes 128 KiB rather than the
+// 1 MiB of a pipeline block (about 8x more random reads per second, for
+// about 1% more stored bytes than 1 MiB frames); sequential reads decode
+// as fast either way.
+const DefaultZstdFrameSize = 128 << 10
 
 // maxZstdFrameSize bounds ZstdFrameSize: the encoder's window, so that each
 // frame can be a single segment, which always records its decoded size.

@@ -269,9 +269,12 @@ func BenchmarkGroupNPYGPTQ(b *testing.B) { benchmarkGroupNPY(b, true) }
 // benchFrames returns the benchmark weights as ztfs writes zstd by default:
 // independent 1 MiB frames, each with its size and checksum, and a seek
 // table.
-func benchFrames(b *testing.B) ([]byte, []byte) {
+func benchFrames(b *testing.B) ([]byte, []byte) { return benchFramesOf(b, 1<<20) }
+
+// benchFramesOf is benchFrames with frames of frameSize decoded bytes.
+func benchFramesOf(b *testing.B, frameSize int) ([]byte, []byte) {
 	data := benchWeights(benchBytes)
-	return data, zstdFrames(b, data, 1<<20, frameOpts{seekTable: true, level: zstd.SpeedDefault})
+	return data, zstdFrames(b, data, frameSize, frameOpts{seekTable: true, level: zstd.SpeedDefault})
 }
 
 // The same multi-frame stream decoded by one decoder on one core, as
@@ -295,8 +298,14 @@ func BenchmarkBaselineZstdFramesDecode(b *testing.B) {
 // A multi-frame zstd component read sequentially from a cold cache (a new
 // pipeline, and so a new 64 MiB cache, each pass): frames decode ahead of
 // the reader on the other cores.
-func BenchmarkZstdFramesComponent(b *testing.B) {
-	data, stored := benchFrames(b)
+func BenchmarkZstdFramesComponent(b *testing.B) { benchmarkFramesComponent(b, 1<<20) }
+
+// The same with 128 KiB frames (the zTensor writer's default), served in
+// 128 KiB blocks.
+func BenchmarkZstdFrames128KComponent(b *testing.B) { benchmarkFramesComponent(b, 128<<10) }
+
+func benchmarkFramesComponent(b *testing.B, frameSize int) {
+	data, stored := benchFramesOf(b, frameSize)
 	var fb fileBuilder
 	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
 	src := fb.open(b)
@@ -314,20 +323,27 @@ func BenchmarkZstdFramesComponent(b *testing.B) {
 // 8 MiB (a quarter of the component): each miss decodes the one frame it
 // hits. MB/s count the bytes read.
 func BenchmarkZstdFramesRandom4K(b *testing.B) {
-	benchmarkRandom4K(b, true)
+	benchmarkRandom4K(b, 1<<20)
+}
+
+// The same with 128 KiB frames: each miss decodes an eighth as much.
+func BenchmarkZstdFrames128KRandom4K(b *testing.B) {
+	benchmarkRandom4K(b, 128<<10)
 }
 
 // The same reads of the single-frame stream, which must be decoded from
 // its start up to each block read.
 func BenchmarkZstdRandom4K(b *testing.B) {
-	benchmarkRandom4K(b, false)
+	benchmarkRandom4K(b, 0)
 }
 
-func benchmarkRandom4K(b *testing.B, frames bool) {
+// benchmarkRandom4K reads a stream of frames of frameSize bytes, or with 0
+// the single-frame stream.
+func benchmarkRandom4K(b *testing.B, frameSize int) {
 	data := benchWeights(benchBytes)
 	var stored []byte
-	if frames {
-		_, stored = benchFrames(b)
+	if frameSize > 0 {
+		_, stored = benchFramesOf(b, frameSize)
 	} else {
 		stored = zstdCompress(b, data)
 	}

@@ -31,6 +31,20 @@ func (c *cached) Size() (int64, error) { return c.src.size() }
 
 func (c *cached) key(k int64) cache.Key { return cache.Key{Stream: c.stream, Block: k} }
 
+// sizedSource is a blockSource whose blocks may be smaller than the
+// pipeline's, which it knows once it has looked at its data.
+type sizedSource interface {
+	blockSizeOf() int64
+}
+
+// bs returns the size of the source's blocks.
+func (c *cached) bs() int64 {
+	if s, ok := c.src.(sizedSource); ok {
+		return s.blockSizeOf()
+	}
+	return c.blockSize
+}
+
 // sequentialSource is a blockSource that wants to know which block a
 // reader has just been given, to decode the following ones ahead of it.
 type sequentialSource interface {
@@ -79,16 +93,17 @@ func (c *cached) ReadSlices(off, n int64) ([][]byte, error) {
 // blocks calls visit with the parts of the decoded blocks that hold the n
 // bytes at off, in order.
 func (c *cached) blocks(off, n, size int64, visit func([]byte)) error {
+	bs := c.bs()
 	for end := off + n; off < end; {
-		k := off / c.blockSize
+		k := off / bs
 		b, err := c.get(k)
 		if err != nil {
 			return err
 		}
-		if want := min(c.blockSize, size-k*c.blockSize); int64(len(b)) != want {
+		if want := min(bs, size-k*bs); int64(len(b)) != want {
 			return fmt.Errorf("decoded block %d has %d bytes, expected %d", k, len(b), want)
 		}
-		part := b[off-k*c.blockSize : min(int64(len(b)), end-k*c.blockSize)]
+		part := b[off-k*bs : min(int64(len(b)), end-k*bs)]
 		visit(part)
 		off += int64(len(part))
 	}

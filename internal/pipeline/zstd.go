@@ -243,6 +243,17 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 	}
 }
 
+// blockSizeOf returns the size of the blocks the stream is served in:
+// its frames' size for a multi-frame stream of small frames (frameBlockSize),
+// else the pipeline's. Indexing happens here at the latest, before any
+// block is cached.
+func (z *zstdStream) blockSizeOf() int64 {
+	if f, err := z.index(); err == nil && f != nil {
+		return f.bs
+	}
+	return z.blockSize
+}
+
 // sequentialAhead is how many blocks a stream decoded from its start
 // decodes ahead of a reader that has just read block k, on another core,
 // so that decoding the next blocks overlaps the copy of this one to the

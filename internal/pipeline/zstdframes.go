@@ -529,6 +529,7 @@ type framedStream struct {
 	z       *zstdStream
 	idx     *frameIndex
 	size    int64
+	bs      int64 // block size: the pipeline's, or the frames' when smaller
 	group   int64 // blocks per group
 	groups  int64
 	nblocks int64
@@ -558,14 +559,39 @@ type groupJob struct {
 }
 
 func newFramedStream(z *zstdStream, idx *frameIndex) *framedStream {
-	f := &framedStream{z: z, idx: idx, size: idx.total(), jobs: make(map[int64]*groupJob), last: -2}
-	f.group = max(1, (idx.largest+z.blockSize-1)/z.blockSize)
-	f.nblocks = (f.size + z.blockSize - 1) / z.blockSize
+	f := &framedStream{z: z, idx: idx, size: idx.total(), bs: frameBlockSize(idx, z.blockSize), jobs: make(map[int64]*groupJob), last: -2}
+	f.group = max(1, (idx.largest+f.bs-1)/f.bs)
+	f.nblocks = (f.size + f.bs - 1) / f.bs
 	f.groups = (f.nblocks + f.group - 1) / f.group
-	if int64(zstdDecodeAhead)*f.group*z.blockSize <= heldBudget(z.out.cache.Capacity()) {
-		f.ahead = zstdDecodeAhead
+	// As many bytes ahead as zstdDecodeAhead groups of the pipeline's
+	// block size, whatever the size of this stream's groups.
+	ahead := max(int64(zstdDecodeAhead), int64(zstdDecodeAhead)*z.blockSize/(f.group*f.bs))
+	if ahead*f.group*f.bs <= heldBudget(z.out.cache.Capacity()) {
+		f.ahead = int(ahead)
 	}
 	return f
+}
+
+// minFrameBlock is the smallest frame size that becomes a stream's block
+// size: below it the per-block costs (a cache entry, a decode call, a slice
+// of each kernel reply) would outweigh decoding less.
+const minFrameBlock = 64 << 10
+
+// frameBlockSize is the block size a multi-frame stream is served in: its
+// frames' decoded size when every frame but the last has that size and it
+// divides the pipeline's block size (so that a random read decodes one
+// frame, not the several a block would hold), else the pipeline's.
+func frameBlockSize(idx *frameIndex, blockSize int64) int64 {
+	frame := idx.largest
+	if frame < minFrameBlock || frame >= blockSize || blockSize%frame != 0 {
+		return blockSize
+	}
+	for i := 0; i < idx.frames()-1; i++ {
+		if idx.dec[i+1]-idx.dec[i] != frame {
+			return blockSize
+		}
+	}
+	return frame
 }
 
 // heldBudget bounds the decoded bytes all streams of a pipeline hold ahead
@@ -751,7 +777,7 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	z := f.z
 	k0 := g * f.group
 	k1 := min(k0+f.group, f.nblocks)
-	start, end := k0*z.blockSize, min(k1*z.blockSize, f.size)
+	start, end := k0*f.bs, min(k1*f.bs, f.size)
 	i0, i1 := f.idx.span(start, end)
 	base := f.idx.comp[i0]
 	comp := getBuffer(f.idx.comp[i1] - base)
@@ -799,8 +825,8 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	}
 	blocks := make([][]byte, k1-k0)
 	for b := range blocks {
-		from := int64(b) * z.blockSize
-		blocks[b] = make([]byte, min(z.blockSize, int64(len(out))-from))
+		from := int64(b) * f.bs
+		blocks[b] = make([]byte, min(f.bs, int64(len(out))-from))
 		copy(blocks[b], out[from:])
 	}
 	return blocks, nil
@@ -815,7 +841,7 @@ const decodeSlack = 16
 // exactly their decoded bytes. The decoder may scribble on up to
 // decodeSlack bytes of dst's capacity past its length.
 func (f *framedStream) decode(dst, src []byte, i, n int) error {
-	dec, err := f.z.pool.frameDecoder(f.z.blockSize)
+	dec, err := f.z.pool.frameDecoder(f.bs)
 	if err != nil {
 		return err
 	}

@@ -597,3 +597,58 @@ func TestZstdFramesForeignStream(t *testing.T) {
 		t.Fatalf("not indexed as 5 frames: %v", z.unindexed)
 	}
 }
+
+// Frames smaller than the pipeline's block that divide it become the
+// stream's block: a random read decodes one frame, not a block's worth;
+// other streams keep the pipeline's block size.
+func TestZstdFramesSmallerThanBlocks(t *testing.T) {
+	const block = 1 << 20
+	data := randomBytes(4*block+1000, 7)
+	for _, tc := range []struct {
+		name      string
+		frameSize int
+		wantBS    int64
+	}{
+		{"128 KiB frames", 128 << 10, 128 << 10},
+		{"64 KiB frames", 64 << 10, 64 << 10},
+		{"32 KiB frames, below the minimum", 32 << 10, block},
+		{"frames that do not divide the block", 96 << 10, block},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stored := zstdFrames(t, data, tc.frameSize, frameOpts{seekTable: true})
+			_, r, z := framedComponent(t, stored, int64(len(data)), Options{BlockSize: block})
+			if got := z.blockSizeOf(); got != tc.wantBS {
+				t.Fatalf("block size %d, want %d", got, tc.wantBS)
+			}
+			rng := rand.New(rand.NewSource(2))
+			buf := make([]byte, 4096)
+			seen := map[int64]bool{}
+			nblocks := (int64(len(data)) + tc.wantBS - 1) / tc.wantBS
+			for reads := int64(0); reads < min(6, nblocks/3); {
+				off := rng.Int63n(int64(len(data)) - 4096)
+				if seen[off/tc.wantBS] || seen[off/tc.wantBS-1] || seen[off/tc.wantBS+1] || (off%tc.wantBS) > tc.wantBS-4096 {
+					continue // not next to a block read before, and within one block
+				}
+				seen[off/tc.wantBS] = true
+				if _, err := r.ReadAt(buf, off); err != nil || !bytes.Equal(buf, data[off:off+4096]) {
+					t.Fatalf("read at %d: %v", off, err)
+				}
+				reads++
+				perRead := tc.wantBS / int64(tc.frameSize)
+				if tc.wantBS%int64(tc.frameSize) != 0 {
+					perRead = -1 // frames straddle blocks: not counted
+				}
+				if n := decodedFrames(t, z); perRead > 0 && n != reads*perRead {
+					t.Fatalf("after %d random reads, %d frames decoded; want %d", reads, n, reads*perRead)
+				}
+			}
+			_, r, z = framedComponent(t, stored, int64(len(data)), Options{BlockSize: block})
+			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+				t.Fatal("sequential read differs")
+			}
+			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.frames()); tc.wantBS < block && n != frames {
+				t.Errorf("a sequential read decoded %d frames of %d", n, frames)
+			}
+		})
+	}
+}

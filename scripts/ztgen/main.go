@@ -4,7 +4,7 @@
 //	ztgen sample OUT            a small model: dense, zstd, bf16 and sparse tensors
 //	ztgen raw OUT SIZE          one raw f32 tensor of SIZE bytes
 //	ztgen zstd OUT SIZE         one zstd-compressed f32 tensor of SIZE decoded bytes, one frame
-//	ztgen zstd-frames OUT SIZE  the same as independent 1 MiB frames with a seek table
+//	ztgen zstd-frames OUT SIZE  the same as independent 128 KiB frames with a seek table
 //	ztgen many OUT N            N small raw tensors
 //	ztgen decode FILE TENSOR    decode TENSOR's zstd data in-process; print seconds
 //	ztgen tgm OUT SIZE CODEC    a Tensogram file, one float64 field of SIZE bytes, CODEC
