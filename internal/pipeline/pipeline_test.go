@@ -316,6 +316,29 @@ func TestDigestVerification(t *testing.T) {
 	}
 }
 
+// A digest guards what a component serves even when serving it reads no
+// stored byte: an empty component (whose size is all a reader asks for)
+// and a constant 0-bit simple_packing payload whose digest covers other
+// bytes (a Tensogram frame body).
+func TestDigestOfBytesNotRead(t *testing.T) {
+	var b fileBuilder
+	body := b.add([]byte("the descriptor, damaged"))
+	p := newTestPipeline(t, b.open(t), Options{Verify: VerifyAll})
+	empty := rawComponent("data", formats.F32, body, nil)
+	empty.Digest = "crc32c:0x9EBA690A" // of 1, 2, 3, 4 as f32: a length that lies
+	if _, err := p.Component(&formats.Tensor{Name: "e"}, empty).Size(); err == nil || !strings.Contains(err.Error(), "crc32c mismatch") {
+		t.Errorf("empty component: size error %v", err)
+	}
+	constant := &formats.Component{Role: "data", DType: formats.F64, Offset: body, Encoding: "none", Size: 64,
+		Codecs:       []formats.Codec{formats.SimpleUnpack{Count: 8, Reference: 1.5}},
+		Digest:       "xxh3:0000000000000000",
+		DigestRegion: &formats.Region{Offset: body, Length: 23}}
+	r := p.Component(&formats.Tensor{Name: "c"}, constant)
+	if _, err := r.ReadAt(make([]byte, 8), 0); err == nil || !strings.Contains(err.Error(), "xxh3 mismatch") {
+		t.Errorf("constant payload: read error %v", err)
+	}
+}
+
 func TestSourceChangeFailsReads(t *testing.T) {
 	var b fileBuilder
 	data := f32Bytes(1, 2)
