@@ -266,8 +266,9 @@ func (z *zstdStream) reset(c *cursor) error {
 	c.next, c.end, c.restart = 0, false, false
 	// The decoder reads block headers of a few bytes: buffer its input so
 	// that each is not a system call.
-	in := bufio.NewReaderSize(io.NewSectionReader(readerAtFunc(z.stored.ReadAt), 0, z.storedLen), storedReadSize)
-	if err := c.dec.Reset(in); err != nil {
+	stored := readerAtFunc(z.stored.ReadAt)
+	in := bufio.NewReaderSize(io.NewSectionReader(stored, 0, z.storedLen), storedReadSize)
+	if err := c.dec.Reset(newWindowLimiter(in, stored, z.storedLen, z.max)); err != nil {
 		c.restart = true
 		return fmt.Errorf("zstd: %w", err)
 	}
