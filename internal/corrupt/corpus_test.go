@@ -33,6 +33,9 @@ const (
 	// file far larger than anything it was made from. Beyond it only the
 	// last bytes are read.
 	readCap = 4 << 20
+	// fuzzReadCap is readCap for fuzzing, where every input is new and
+	// speed matters more.
+	fuzzReadCap = 64 << 10
 	// cacheSize of every session: larger than any file of the bases, so
 	// nothing is decoded twice for want of room.
 	cacheSize = 32 << 20
@@ -277,7 +280,7 @@ func check(path string, v variant, snap *snapshot, mode pipeline.VerifyMode) res
 		return result{o: rejected, err: err, problems: problems}
 	}
 	defer s.Close()
-	files := readTree(s.Tree)
+	files := readTree(s.Tree, readCap)
 	o := clean
 	var first error
 	for _, f := range files {
@@ -405,8 +408,8 @@ type readResult struct {
 	err  error
 }
 
-// readTree reads every file of tr, by path.
-func readTree(tr *tree.Tree) map[string]readResult {
+// readTree reads every file of tr, by path, up to limit bytes of each.
+func readTree(tr *tree.Tree, limit int64) map[string]readResult {
 	out := map[string]readResult{}
 	var walk func(n *tree.Node, prefix string)
 	walk = func(n *tree.Node, prefix string) {
@@ -419,7 +422,7 @@ func readTree(tr *tree.Tree) map[string]readResult {
 				walk(c, p)
 				continue
 			}
-			data, err := readFile(c.Reader)
+			data, err := readFile(c.Reader, limit)
 			out[p] = readResult{data, err}
 		}
 	}
@@ -427,9 +430,9 @@ func readTree(tr *tree.Tree) map[string]readResult {
 	return out
 }
 
-// readFile reads a file as `ztfs cat` does, up to readCap bytes, and then
+// readFile reads a file as `ztfs cat` does, up to limit bytes, and then
 // its last bytes.
-func readFile(r pipeline.Reader) ([]byte, error) {
+func readFile(r pipeline.Reader, limit int64) ([]byte, error) {
 	size, err := r.Size()
 	if err != nil {
 		return nil, err
@@ -437,13 +440,13 @@ func readFile(r pipeline.Reader) ([]byte, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("negative size %d", size)
 	}
-	n := min(size, readCap)
+	n := min(size, limit)
 	out := make([]byte, n)
 	if err := readRange(r, out, 0); err != nil {
 		return nil, err
 	}
 	if size > n {
-		tail := make([]byte, min(size-n, 64<<10))
+		tail := make([]byte, min(size-n, 16<<10))
 		if err := readRange(r, tail, size-int64(len(tail))); err != nil {
 			return nil, err
 		}
@@ -492,7 +495,7 @@ func takeSnapshot(path string, b base) (*snapshot, error) {
 		return nil, err
 	}
 	defer s.Close()
-	files := readTree(s.Tree)
+	files := readTree(s.Tree, readCap)
 	dirs := tensorDirs(s.Container)
 	snap := &snapshot{tensors: map[string]*tensorSnap{}, root: map[string]fileSnap{}}
 	for _, t := range s.Container.Tensors {
