@@ -78,3 +78,27 @@ func TestDecompressionBombs(t *testing.T) {
 		})
 	}
 }
+
+// An indexed stream whose last frame records no size (the index gives it
+// what the declared size leaves) and decodes to megabytes fails at the
+// size it was given, without the frame decoder growing its output.
+func TestIndexedFrameBomb(t *testing.T) {
+	data := randomBytes(1000, 8)
+	first := zstdFrames(t, data, len(data), frameOpts{})
+	stored := append(first, zstdBomb(200)...) // 25 MiB
+	var b fileBuilder
+	off := b.add(stored)
+	p := newTestPipeline(t, b.open(t), Options{})
+	r := p.Component(&formats.Tensor{Name: "bomb"}, zstdComponent("data", formats.U8, off, stored, 2000))
+	var err error
+	n := allocated(func() { _, err = readAll(t, r, 1<<16) })
+	if zstdOf(t, r).framed.Load() == nil {
+		t.Fatalf("not indexed: %v", zstdOf(t, r).unindexed)
+	}
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if n > 4<<20 {
+		t.Errorf("allocated %d MiB for a stream declared to hold 2000 bytes", n>>20)
+	}
+}

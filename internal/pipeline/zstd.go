@@ -431,9 +431,13 @@ func (p *decoderPool) frameDecoder(blockSize int64) (*zstd.Decoder, error) {
 		return nil, errPoolClosed
 	}
 	if p.frames == nil {
+		// Each decode is given the exact room its frames' index entries
+		// say; a frame decoding to more (one whose size only the index
+		// knows) must fail there rather than grow the output.
 		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(max(2, p.max)),
 			zstd.WithDecoderMaxWindow(maxZstdWindow),
-			zstd.WithDecoderMaxMemory(uint64(2*max(maxFrameLimit, blockSize))))
+			zstd.WithDecoderMaxMemory(uint64(2*max(maxFrameLimit, blockSize))),
+			zstd.WithDecodeAllCapLimit(true))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}

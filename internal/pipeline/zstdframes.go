@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Multi-frame zstd streams.
@@ -843,6 +845,11 @@ func (f *framedStream) decode(dst, src []byte, i, n int) error {
 	limitWindows(src, uint64(len(dst)))
 	got, err := dec.DecodeAll(src, dst[:0:min(cap(dst), len(dst)+decodeSlack)])
 	f.decoded.Add(int64(n - i))
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		// The decoder stops at dst's capacity: more bytes than the index.
+		return f.z.fail(fmt.Errorf("zstd frames at stored bytes [%d, %d) decode to more bytes than their headers say (%d)",
+			f.idx.comp[i], f.idx.comp[n], len(dst)))
+	}
 	if err != nil {
 		return fmt.Errorf("zstd: frames at stored bytes [%d, %d): %w", f.idx.comp[i], f.idx.comp[n], err)
 	}
