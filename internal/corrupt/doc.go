@@ -8,5 +8,10 @@
 // where the format records a digest, never with a panic, a hang or a large
 // allocation.
 //
-// The package has no code of its own; see corpus_test.go.
+// The package has no code of its own. corpus_test.go runs the variants,
+// contract_test.go holds an opened variant to the contract, against the
+// snapshot of its valid base (snapshot_test.go); variants_test.go makes
+// the kinds of damage every format shares, and <format>_test.go finds a
+// format's boundaries, structures and fields. FuzzTree applies the
+// contract to arbitrary bytes.
 package corrupt
