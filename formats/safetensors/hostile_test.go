@@ -115,7 +115,11 @@ func hostileCases() []hostileCase {
 		{"same span twice", mkfile(`{`+f32a+`,"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four), `tensor "b": data starts at 0 but the previous tensor "a" ends at 4: the tensors overlap`},
 		{"hole", mkfile(`{`+f32a+`,"b":{"dtype":"F32","shape":[1],"data_offsets":[5,9]}}`, make([]byte, 9)), `tensor "b": data starts at 5 but the previous tensor "a" ends at 4: 1 unused bytes`},
 		{"zero-size inside another", mkfile(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}`, make([]byte, 8)), `tensor "z": data starts at 4 but the previous tensor "a" ends at 8: the tensors overlap`},
-		{"offsets near 2^64", mkfile(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551615,18446744073709551615]}}`, nil), `tensor "a": data starts at 18446744073709551615 but the first tensor must start at 0`},
+		{"offsets near 2^64", mkfile(`{"a":{"dtype":"U8","shape":[0],"data_offsets":[18446744073709551615,18446744073709551615]}}`, nil), `tensor "a": data starts at 18446744073709551615 but the first tensor must start at 0`},
+		// A single lying entry is named, not the neighbour it leaves a hole
+		// before: the rules about one entry come first.
+		{"lying start named", mkfile(`{`+f32a+`,"b":{"dtype":"F32","shape":[1],"data_offsets":[12,8]},"c":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}`, make([]byte, 12)), `tensor "b": data_offsets [12, 8] end before they begin`},
+		{"lying span named", mkfile(`{`+f32a+`,"b":{"dtype":"F32","shape":[1],"data_offsets":[5,8]},"c":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}`, make([]byte, 12)), `tensor "b": data_offsets [5, 8] span 3 bytes but shape [1] of F32 needs 4`},
 		{"end 2^64-1 after a tensor", mkfile(`{`+f32a+`,"b":{"dtype":"U8","shape":[18446744073709551611],"data_offsets":[4,18446744073709551615]}}`, four), `tensor "b": 18446744073709551611 elements of U8: bit count overflows 64 bits`},
 		// Rule 7: element and bit counts fit in 64 bits.
 		{"element count overflow", mkfile(`{"a":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`, nil), `tensor "a": shape [4294967296 4294967296]: element count overflows 64 bits`},

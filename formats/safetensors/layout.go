@@ -12,14 +12,26 @@ import (
 // checkLayout applies rules 6 to 10 to the entries of a header whose data
 // buffer holds dataSize bytes: sorted by (begin, end), the tensors must tile
 // the buffer exactly, and each must be exactly as long as its shape and
-// dtype say. Like the official reader it checks one tensor at a time, in
-// offset order. It sorts entries in place.
+// dtype say. It checks what concerns one entry alone (its offsets in order,
+// its size) for every entry before how the entries tile the buffer: a
+// single lying offset or shape then gets an error naming its own tensor,
+// not the neighbour whose start no longer meets it. The official reader
+// refuses the same files. It sorts entries in place.
 func checkLayout(entries []entry, dataSize uint64) error {
 	// Ties only happen between zero-size tensors or on overlaps; the name
 	// makes the order, and so the tensor an error names, deterministic.
 	slices.SortFunc(entries, func(a, b entry) int {
 		return cmp.Or(cmp.Compare(a.begin, b.begin), cmp.Compare(a.end, b.end), cmp.Compare(a.name, b.name))
 	})
+	for i := range entries {
+		e := &entries[i]
+		if e.end < e.begin {
+			return fmt.Errorf("tensor %q: data_offsets [%d, %d] end before they begin", e.name, e.begin, e.end)
+		}
+		if err := checkSize(e); err != nil {
+			return err
+		}
+	}
 	var prevEnd uint64
 	prevName := ""
 	for i := range entries {
@@ -28,9 +40,6 @@ func checkLayout(entries []entry, dataSize uint64) error {
 			return err
 		}
 		prevEnd, prevName = e.end, e.name
-		if err := checkSize(e); err != nil {
-			return err
-		}
 	}
 	switch {
 	case prevEnd > dataSize:
@@ -47,8 +56,6 @@ func checkLayout(entries []entry, dataSize uint64) error {
 // checkOffsets applies rule 6 to e, the i-th entry in offset order.
 func checkOffsets(e *entry, i int, prevName string, prevEnd uint64) error {
 	switch {
-	case e.end < e.begin:
-		return fmt.Errorf("tensor %q: data_offsets [%d, %d] end before they begin", e.name, e.begin, e.end)
 	case e.begin == prevEnd:
 		return nil
 	case i == 0:

@@ -12,7 +12,9 @@ import (
 
 // Open parses the header of a safetensors file of the given size; it reads
 // no tensor bytes. It applies the official reader's rules in its order, so
-// the first rule a file breaks is the one the error names.
+// the first rule a file breaks is the one the error names, except that the
+// rules about one tensor's offsets and size come before how the tensors
+// tile the data (checkLayout).
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	raw, err := readHeader(r, size)
 	if err != nil {

@@ -344,7 +344,7 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	for i, fr := range dataFrames {
 		o, err := readObject(f, fr, hashed(fr))
 		if err != nil {
-			return nil, fmt.Errorf("object %d (frame at offset %d): %w", i, fr.off, err)
+			return nil, fmt.Errorf("%s: %w", objectLabel(i, fr.off, msg.meta.base[i]), err)
 		}
 		objs[i] = o
 		if o.desc.encoding == "simple_packing" {
@@ -366,12 +366,28 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	for i, o := range objs {
 		t, err := o.tensor(index, i, names[i], msg.meta.base[i])
 		if err != nil {
-			return nil, fmt.Errorf("object %d (frame at offset %d): %w", i, o.frame.off, err)
+			return nil, fmt.Errorf("object %d (frame at offset %d, tensor %q): %w", i, o.frame.off, strconv.Itoa(index)+"/"+names[i], err)
 		}
 		msg.tensors = append(msg.tensors, t)
 	}
 	msg.dialect = dialect(dialectA, perFrame, usesSP, usesPrefixed, pre.flags&messageHashesPresent != 0)
 	return msg, nil
+}
+
+// objectLabel names object i, whose frame is at off, in an error of its
+// descriptor: by position, and by the name its metadata gives it, if any
+// (the descriptor, not yet read, may only add one).
+func objectLabel(i int, off uint64, base map[string]any) string {
+	lookup := map[string]any{}
+	for k, v := range base {
+		if k != "_reserved_" {
+			lookup[k] = v
+		}
+	}
+	if name := objectName(lookup, i); name != "object_"+strconv.Itoa(i) {
+		return fmt.Sprintf("object %d (frame at offset %d, named %q)", i, off, name)
+	}
+	return fmt.Sprintf("object %d (frame at offset %d)", i, off)
 }
 
 // dialect names the writer generations a message can come from (§2),

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,26 @@ func TestFindMatchesPlainSearch(t *testing.T) {
 				t.Errorf("find from %d to %d = %d, %v; want %d", from, limit, got, err, want)
 			}
 		}
+	}
+}
+
+// An error about an object's descriptor names the object by its metadata
+// name too, which is what its directory is called.
+func TestObjectErrorNamesTheObject(t *testing.T) {
+	b, err := EncodeMessage(Message{Objects: []Object{
+		{DType: "uint8", Shape: []uint64{2}, Data: []byte{1, 2}, Metadata: map[string]any{"name": "first"}},
+		{DType: "uint8", Shape: []uint64{2}, Data: []byte{3, 4}, Metadata: map[string]any{"name": "second"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second data frame's cbor_offset, 20 bytes before its end.
+	at := bytes.LastIndex(b, []byte{'F', 'R', 0, typeData})
+	end := at + int(binary.BigEndian.Uint64(b[at+8:]))
+	binary.BigEndian.PutUint64(b[end-20:], 1)
+	_, err = open(b)
+	want := `object 1 (frame at offset ` + strconv.Itoa(at) + `, named "second"): cbor_offset 1 is outside the frame body`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want %q", err, want)
 	}
 }

@@ -12,10 +12,14 @@ import (
 )
 
 // decMode decodes manifests. v0.1 indexes need indefinite lengths; files with
-// 100,000+ tensors need the element limits raised; the default nesting limit
-// (32) bounds the depth every later recursion walks.
+// 100,000+ tensors need the element limits raised (to the library's
+// largest: the manifest's 1 GiB cap bounds the counts, and each count is
+// checked against the bytes that follow before anything is allocated); the
+// nesting limit (the library's default, as the reference's) bounds the
+// depth every later recursion walks.
 var decMode = func() cbor.DecMode {
 	dm, err := cbor.DecOptions{
+		MaxNestedLevels:      32,
 		DupMapKey:            cbor.DupMapKeyEnforcedAPF,
 		IndefLength:          cbor.IndefLengthAllowed,
 		MaxArrayElements:     2147483647,

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -142,6 +143,23 @@ func TestHostileV11(t *testing.T) {
 			r.m(3).t("version").t("1.1.0").t("objects").m(0).t("attributes").m(1).t("x").b(deep...).b(0x00)
 			return v11File(nil, r.buf)
 		}, "exceeded max nested level"},
+		// Counts are checked against the bytes at the item's head, before
+		// anything is allocated for them.
+		{"objects claim 2^31-1 entries", func(t *testing.T) []byte {
+			var r rawCBOR
+			r.m(2).t("version").t("1.1.0").t("objects").b(0xBA, 0x7F, 0xFF, 0xFF, 0xFF).t("w").v(dense24)
+			return v11File(blobArea(24), r.buf)
+		}, "not one complete CBOR item"},
+		{"objects claim 2^32 entries", func(t *testing.T) []byte {
+			var r rawCBOR
+			r.m(2).t("version").t("1.1.0").t("objects").b(0xBB, 0, 0, 0, 1, 0, 0, 0, 0).t("w").v(dense24)
+			return v11File(blobArea(24), r.buf)
+		}, "exceeded max number of key-value pairs"},
+		{"shape claims 2^31-1 dimensions", func(t *testing.T) []byte {
+			var r rawCBOR
+			r.m(2).t("version").t("1.1.0").t("objects").m(1).t("w").m(3).t("shape").b(0x9A, 0x7F, 0xFF, 0xFF, 0xFF).u(2)
+			return v11File(nil, r.buf)
+		}, "not one complete CBOR item"},
 		{"root is an array", func(t *testing.T) []byte { return v11File(nil, []byte{0x80}) }, "manifest root: got an array, want a map"},
 		{"root key not text", func(t *testing.T) []byte {
 			var r rawCBOR
@@ -438,5 +456,25 @@ func TestAnyWellFormedCBOR(t *testing.T) {
 	d := x.Components[0]
 	if x.Name != "w" || !reflect.DeepEqual(x.Shape, []uint64{2, 3}) || d.DType != formats.F32 || d.Offset != 64 || d.Length != 24 {
 		t.Errorf("got %+v %+v", *x, *d)
+	}
+}
+
+// A manifest whose maps and arrays claim billions of entries it does not
+// hold costs no more than its own size to refuse.
+func TestCountClaimsAllocateLittle(t *testing.T) {
+	for _, head := range [][]byte{{0xBA, 0x7F, 0xFF, 0xFF, 0xFF}, {0x9A, 0x7F, 0xFF, 0xFF, 0xFF}, {0x5A, 0x7F, 0xFF, 0xFF, 0xFF}} {
+		var r rawCBOR
+		r.m(2).t("version").t("1.1.0").t("objects").b(head...).t("w").v(dense24)
+		f := v11File(blobArea(24), r.buf)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := Open(bytes.NewReader(f), int64(len(f)))
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("head % x: opened", head)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+			t.Errorf("head % x: allocated %d bytes", head, n)
+		}
 	}
 }

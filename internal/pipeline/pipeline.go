@@ -123,13 +123,26 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source", c.Offset, c.Length, p.src.Size())}
 	}
 	var stored Reader = &region{src: p.src, off: int64(c.Offset), len: int64(c.Length)}
+	var check *verdict
 	if c.Digest != "" && (p.opts.Verify == VerifyAll || p.opts.Verify == VerifyDefault && c.VerifyByDefault) {
 		v, err := p.verdictLocked(t, c)
 		if err != nil {
 			return failing{err}
 		}
+		check = v
 		stored = &verified{inner: stored, verdict: v}
 	}
+	decoded := p.decodeComponent(t, c, stored)
+	if check != nil && decoded != stored {
+		// Stages may serve bytes without reading stored ones.
+		decoded = &verified{inner: decoded, verdict: check}
+	}
+	return decoded
+}
+
+// decodeComponent chains the stages that turn c's stored bytes into its
+// decoded, little-endian bytes.
+func (p *Pipeline) decodeComponent(t *formats.Tensor, c *formats.Component, stored Reader) Reader {
 	var decoded Reader
 	switch {
 	case len(c.Codecs) > 0:

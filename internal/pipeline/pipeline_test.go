@@ -70,8 +70,9 @@ func TestZstdComponent(t *testing.T) {
 		{"known size", int64(len(data)), ""},
 		{"unknown size", -1, ""},
 		{"declared too large", int64(len(data)) + 1, "ends after"},
-		{"declared too small", int64(len(data)) - 1, "more than the expected"},
-		{"declared one block short", int64(len(data)) - 4096, "more than the expected"},
+		// The frame records its size: refused from its header.
+		{"declared too small", int64(len(data)) - 1, "declares 41083 decoded bytes, more than the 41082"},
+		{"declared one block short", int64(len(data)) - 4096, "more than the 36987"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,8 +113,9 @@ func TestZstdUnknownSizeCapped(t *testing.T) {
 	p := newTestPipeline(t, b.open(t), Options{})
 	c := zstdComponent("data", formats.U8, off, stored, -1)
 	c.MaxSize = 50000
+	// The frame records its size: refused before any decoding.
 	_, err := p.Component(&formats.Tensor{Name: "bomb"}, c).Size()
-	if err == nil || !strings.Contains(err.Error(), "more than 50000 bytes") {
+	if err == nil || !strings.Contains(err.Error(), "declares 100000 decoded bytes, more than the 50000 this stream may hold") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -313,6 +315,29 @@ func TestDigestVerification(t *testing.T) {
 				t.Errorf("notes = %q", notes)
 			}
 		})
+	}
+}
+
+// A digest guards what a component serves even when serving it reads no
+// stored byte: an empty component (whose size is all a reader asks for)
+// and a constant 0-bit simple_packing payload whose digest covers other
+// bytes (a Tensogram frame body).
+func TestDigestOfBytesNotRead(t *testing.T) {
+	var b fileBuilder
+	body := b.add([]byte("the descriptor, damaged"))
+	p := newTestPipeline(t, b.open(t), Options{Verify: VerifyAll})
+	empty := rawComponent("data", formats.F32, body, nil)
+	empty.Digest = "crc32c:0x9EBA690A" // of 1, 2, 3, 4 as f32: a length that lies
+	if _, err := p.Component(&formats.Tensor{Name: "e"}, empty).Size(); err == nil || !strings.Contains(err.Error(), "crc32c mismatch") {
+		t.Errorf("empty component: size error %v", err)
+	}
+	constant := &formats.Component{Role: "data", DType: formats.F64, Offset: body, Encoding: "none", Size: 64,
+		Codecs:       []formats.Codec{formats.SimpleUnpack{Count: 8, Reference: 1.5}},
+		Digest:       "xxh3:0000000000000000",
+		DigestRegion: &formats.Region{Offset: body, Length: 23}}
+	r := p.Component(&formats.Tensor{Name: "c"}, constant)
+	if _, err := r.ReadAt(make([]byte, 8), 0); err == nil || !strings.Contains(err.Error(), "xxh3 mismatch") {
+		t.Errorf("constant payload: read error %v", err)
 	}
 }
 

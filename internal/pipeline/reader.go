@@ -111,15 +111,37 @@ func (v *verdict) get() error {
 	return v.err
 }
 
-// verified guards stored bytes with a digest: the bytes it covers are
-// hashed once, before the first byte is served, and every read fails after
-// a mismatch.
+// verified guards a stream with a digest: the bytes it covers are hashed
+// once, before the first byte is served, and every read fails after a
+// mismatch. It guards both the stored bytes (decoding them, even to learn
+// a size, needs the verdict) and a component's decoded bytes, which some
+// stages make without reading any stored byte: an empty stream, a 0-bit
+// simple_packing payload.
 type verified struct {
 	inner   Reader
 	verdict *verdict
 }
 
-func (v *verified) Size() (int64, error) { return v.inner.Size() }
+// Size asks for the verdict only when the stream is empty: a reader learns
+// everything about an empty file from its size and never reads it, while
+// checking the digest of every file a directory listing stats would cost
+// a pass over all of them.
+func (v *verified) Size() (int64, error) {
+	n, err := v.inner.Size()
+	if err == nil && n == 0 {
+		if verr := v.verdict.get(); verr != nil {
+			return 0, verr
+		}
+	}
+	return n, err
+}
+
+func (v *verified) ReadSlices(off, n int64) ([][]byte, error) {
+	if err := v.verdict.get(); err != nil {
+		return nil, err
+	}
+	return ReadSlices(v.inner, off, n, nil)
+}
 
 func (v *verified) ReadAt(p []byte, off int64) (int, error) {
 	if err := v.verdict.get(); err != nil {

@@ -387,8 +387,9 @@ func (z *zstdStream) reset(c *cursor) error {
 	c.next, c.end, c.restart = 0, false, false
 	// The decoder reads block headers of a few bytes: buffer its input so
 	// that each is not a system call.
-	in := bufio.NewReaderSize(io.NewSectionReader(readerAtFunc(z.stored.ReadAt), 0, z.storedLen), storedReadSize)
-	if err := c.dec.Reset(in); err != nil {
+	stored := readerAtFunc(z.stored.ReadAt)
+	in := bufio.NewReaderSize(io.NewSectionReader(stored, 0, z.storedLen), storedReadSize)
+	if err := c.dec.Reset(newWindowLimiter(in, stored, z.storedLen, z.max)); err != nil {
 		c.restart = true
 		return fmt.Errorf("zstd: %w", err)
 	}
@@ -558,9 +559,13 @@ func (p *decoderPool) frameDecoder(blockSize int64) (*zstd.Decoder, error) {
 		return nil, errPoolClosed
 	}
 	if p.frames == nil {
+		// Each decode is given the exact room its frames' index entries
+		// say; a frame decoding to more (one whose size only the index
+		// knows) must fail there rather than grow the output.
 		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(max(2, p.max)),
 			zstd.WithDecoderMaxWindow(maxZstdWindow),
-			zstd.WithDecoderMaxMemory(uint64(2*max(maxFrameLimit, blockSize))))
+			zstd.WithDecoderMaxMemory(uint64(2*max(maxFrameLimit, blockSize))),
+			zstd.WithDecodeAllCapLimit(true))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Multi-frame zstd streams.
@@ -327,45 +329,11 @@ func walkFrames(p *peeker, size, frameLimit, declared int64) (*builder, error) {
 			return nil, notIndexed("a single frame")
 		}
 		start := off
-		off += int64(fh.headerLen)
-		var most int64 // the most the frame's blocks can decode to
-		for last := false; !last; {
-			if blocks++; blocks > maxWalkedBlocks {
-				return nil, notIndexed(fmt.Sprintf("more than %d blocks", maxWalkedBlocks))
-			}
-			bh, err := p.at(off, 3)
-			if err != nil {
-				return nil, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
-			}
-			v := uint32(bh[0]) | uint32(bh[1])<<8 | uint32(bh[2])<<16
-			last = v&1 != 0
-			bsize := int64(v >> 3)
-			if bsize > zstdMaxBlockSize {
-				return nil, notIndexed(fmt.Sprintf("a block of %d bytes at %d, more than %d", bsize, off, zstdMaxBlockSize))
-			}
-			content := bsize
-			switch v >> 1 & 3 {
-			case 0: // raw
-				most += bsize
-			case 1: // RLE: one byte repeated bsize times
-				content = 1
-				most += bsize
-			case 2: // compressed: decodes to at most 128 KiB
-				most += zstdMaxBlockSize
-			case 3:
-				return nil, notIndexed(fmt.Sprintf("a reserved block type at %d", off))
-			}
-			if content > size-off-3 {
-				return nil, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
-			}
-			off += 3 + content
+		end, most, err := walkBlocks(p, start, off+int64(fh.headerLen), size, fh.checksum, &blocks)
+		if err != nil {
+			return nil, err
 		}
-		if fh.checksum {
-			if size-off < 4 {
-				return nil, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
-			}
-			off += 4
-		}
+		off = end
 		if !fh.hasSize {
 			if err := b.unsized(start, min(most, frameLimit)); err != nil {
 				return nil, err
@@ -383,6 +351,53 @@ func walkFrames(p *peeker, size, frameLimit, declared int64) (*builder, error) {
 	return b, nil
 }
 
+// walkBlocks walks the block headers of the frame at start, whose first
+// block is at off, in a stream of size bytes: it returns where the frame
+// ends (after its checksum, if it has one) and the most its blocks can
+// decode to. blocks counts the blocks walked, across calls, against
+// maxWalkedBlocks. Its errors are notIndexed: malformed frames are left to
+// the decoder to report.
+func walkBlocks(p *peeker, start, off, size int64, checksum bool, blocks *int) (end, most int64, err error) {
+	for last := false; !last; {
+		if *blocks++; *blocks > maxWalkedBlocks {
+			return 0, 0, notIndexed(fmt.Sprintf("more than %d blocks", maxWalkedBlocks))
+		}
+		bh, err := p.at(off, 3)
+		if err != nil {
+			return 0, 0, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
+		}
+		v := uint32(bh[0]) | uint32(bh[1])<<8 | uint32(bh[2])<<16
+		last = v&1 != 0
+		bsize := int64(v >> 3)
+		if bsize > zstdMaxBlockSize {
+			return 0, 0, notIndexed(fmt.Sprintf("a block of %d bytes at %d, more than %d", bsize, off, zstdMaxBlockSize))
+		}
+		content := bsize
+		switch v >> 1 & 3 {
+		case 0: // raw
+			most += bsize
+		case 1: // RLE: one byte repeated bsize times
+			content = 1
+			most += bsize
+		case 2: // compressed: decodes to at most 128 KiB
+			most += zstdMaxBlockSize
+		case 3:
+			return 0, 0, notIndexed(fmt.Sprintf("a reserved block type at %d", off))
+		}
+		if content > size-off-3 {
+			return 0, 0, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
+		}
+		off += 3 + content
+	}
+	if checksum {
+		if size-off < 4 {
+			return 0, 0, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
+		}
+		off += 4
+	}
+	return off, most, nil
+}
+
 // frameHeader is what a frame's header says (RFC 8878, 3.1.1.1).
 type frameHeader struct {
 	skippable   bool
@@ -392,6 +407,10 @@ type frameHeader struct {
 	contentSize uint64
 	checksum    bool
 	dictID      uint32
+	// single is Single_Segment_Flag: the window is the content size.
+	// Otherwise window is what the Window_Descriptor says.
+	single bool
+	window uint64
 }
 
 var errShortHeader = errors.New("a frame header cut off")
@@ -435,6 +454,10 @@ func parseFrameHeader(h []byte) (frameHeader, error) {
 	fh.headerLen = n + didLen + fcsLen
 	if len(h) < fh.headerLen {
 		return fh, errShortHeader
+	}
+	fh.single = single
+	if !single {
+		fh.window = windowSize(h[5])
 	}
 	for i := 0; i < didLen; i++ {
 		fh.dictID |= uint32(h[n+i]) << (8 * i)
@@ -845,8 +868,14 @@ func (f *framedStream) decode(dst, src []byte, i, n int) error {
 	if err != nil {
 		return err
 	}
+	limitWindows(src, uint64(len(dst)))
 	got, err := dec.DecodeAll(src, dst[:0:min(cap(dst), len(dst)+decodeSlack)])
 	f.decoded.Add(int64(n - i))
+	if errors.Is(err, zstd.ErrDecoderSizeExceeded) {
+		// The decoder stops at dst's capacity: more bytes than the index.
+		return f.z.fail(fmt.Errorf("zstd frames at stored bytes [%d, %d) decode to more bytes than their headers say (%d)",
+			f.idx.comp[i], f.idx.comp[n], len(dst)))
+	}
 	if err != nil {
 		return fmt.Errorf("zstd: frames at stored bytes [%d, %d): %w", f.idx.comp[i], f.idx.comp[n], err)
 	}

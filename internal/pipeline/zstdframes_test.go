@@ -26,6 +26,9 @@ func zstdOf(t testing.TB, r Reader) *zstdStream {
 	if c, ok := r.(*contextual); ok {
 		r = c.r
 	}
+	if v, ok := r.(*verified); ok {
+		r = v.inner
+	}
 	c, ok := r.(*cached)
 	if !ok {
 		t.Fatalf("reader %T is not a cached stream", r)
