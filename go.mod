@@ -12,6 +12,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/x448/float16 v0.8.4
 	github.com/zeebo/xxh3 v1.1.0
+	golang.org/x/sys v0.30.0
 )
 
 require (
@@ -20,5 +21,4 @@ require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/mschoch/smat v0.2.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/sys v0.30.0 // indirect
 )

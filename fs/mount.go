@@ -51,11 +51,19 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		DirectMount:      os.Geteuid() == 0,
 		DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
 	}
-	return gofs.Mount(mountpoint, NewRoot(t, opts), &gofs.Options{
+	root := newRoot(t, opts)
+	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		MountOptions: mountOpts,
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		UID:          opts.UID,
 		GID:          opts.GID,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if opts.OnChange != nil {
+		opts.OnChange(root.sourceChanged)
+	}
+	return server, nil
 }
