@@ -102,6 +102,75 @@ func zstdFrames(size int) func(*ztensor.ComponentSpec) {
 
 func zstdSingle(c *ztensor.ComponentSpec) { c.Zstd, c.ZstdSingleFrame = true, true }
 
+// csrF32 is a float32 CSR tensor with about density×rows×cols entries,
+// indices u32 and indptr u64, whose values are compressed when codec says.
+func csrF32(rng *rand.Rand, name string, rows, cols int, density float64, codec func(*ztensor.ComponentSpec)) refTensor {
+	var values, indices, indptr []byte
+	denseOut := make([]float32, rows*cols)
+	nnz := 0
+	indptr = binary.LittleEndian.AppendUint64(indptr, 0)
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			if rng.Float64() >= density {
+				continue
+			}
+			v := rng.Float32()*2 - 1
+			values = binary.LittleEndian.AppendUint32(values, math.Float32bits(v))
+			indices = binary.LittleEndian.AppendUint32(indices, uint32(c))
+			denseOut[r*cols+c] = v
+			nnz++
+		}
+		indptr = binary.LittleEndian.AppendUint64(indptr, uint64(nnz))
+	}
+	vc := ztensor.Component("values", "f32", values)
+	if codec != nil {
+		codec(&vc)
+	}
+	shape := []uint64{uint64(rows), uint64(cols)}
+	return refTensor{name: name, shape: shape, format: "sparse_csr",
+		comps: []ztensor.ComponentSpec{vc, ztensor.Component("indices", "u32", indices), ztensor.Component("indptr", "u64", indptr)},
+		files: map[string][]byte{"values": values, "indices": indices, "indptr": indptr,
+			"tensor.npy": refNPY("<f4", shape, f32Bytes(denseOut))}}
+}
+
+// cooF32 is a float32 COO tensor of nnz entries in random order, some of
+// them at the same coordinates (summed in storage order, in float32).
+func cooF32(rng *rand.Rand, name string, shape []uint64, nnz int) refTensor {
+	size := 1
+	for _, d := range shape {
+		size *= int(d)
+	}
+	denseOut := make([]float32, size)
+	coords := make([][]uint64, len(shape))
+	var values []byte
+	for e := 0; e < nnz; e++ {
+		flat := rng.Intn(size)
+		if e > 0 && rng.Intn(8) == 0 {
+			flat = 0 // a duplicate
+			for d := range shape {
+				flat = flat*int(shape[d]) + int(coords[d][e-1])
+			}
+		}
+		rest := flat
+		for d := len(shape) - 1; d >= 0; d-- {
+			coords[d] = append(coords[d], uint64(rest%int(shape[d])))
+			rest /= int(shape[d])
+		}
+		v := rng.Float32()
+		values = binary.LittleEndian.AppendUint32(values, math.Float32bits(v))
+		denseOut[flat] += v
+	}
+	var coordBytes []byte
+	for d := range shape {
+		for _, c := range coords[d] {
+			coordBytes = binary.LittleEndian.AppendUint64(coordBytes, c)
+		}
+	}
+	return refTensor{name: name, shape: shape, format: "sparse_coo",
+		comps: []ztensor.ComponentSpec{ztensor.Component("values", "f32", values), ztensor.Component("coords", "u64", coordBytes)},
+		files: map[string][]byte{"values": values, "coords": coordBytes, "tensor.npy": refNPY("<f4", shape, f32Bytes(denseOut))}}
+}
+
 func f32Bytes(v []float32) []byte {
 	b := make([]byte, 0, 4*len(v))
 	for _, x := range v {
@@ -114,4 +183,13 @@ func randomBytes(rng *rand.Rand, n int) []byte {
 	b := make([]byte, n)
 	rng.Read(b)
 	return b
+}
+
+// smoothF32 is float32 data that compresses about 2:1, as weights do.
+func smoothF32(rng *rand.Rand, n int) []byte {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.Round(float64(rng.NormFloat64())*64) / 64)
+	}
+	return f32Bytes(v)
 }
