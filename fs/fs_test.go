@@ -419,3 +419,18 @@ func TestVerifyMismatchIsEIO(t *testing.T) {
 		}
 	}
 }
+
+// go-fuse splices a reply whose type has the method its own ReadResultFd
+// has for that; if go-fuse renamed it, replies from the source would fall
+// back to a pread, correct but slower.
+func TestSplicedReadMatchesGoFuse(t *testing.T) {
+	theirs, ok := reflect.TypeOf(fuse.ReadResultFd(0, 0, 0)).MethodByName("Seekable")
+	ours, _ := reflect.TypeOf(&splicedRead{}).MethodByName("Seekable")
+	same := ok && theirs.Type.NumIn() == ours.Type.NumIn() && theirs.Type.NumOut() == ours.Type.NumOut()
+	for i := 0; same && i < ours.Type.NumOut(); i++ {
+		same = theirs.Type.Out(i) == ours.Type.Out(i)
+	}
+	if !same {
+		t.Fatalf("go-fuse's ReadResultFd.Seekable is %v (found: %v); splicedRead's is %v", theirs.Type, ok, ours.Type)
+	}
+}
