@@ -159,6 +159,16 @@ func (c *Cache) Drop(stream uint64) {
 	}
 }
 
+// Clear removes every block, e.g. when the source changed and none can be
+// served again. Fills in progress still store their block when they end.
+func (c *Cache) Clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.entries)
+	c.order.Init()
+	c.used = 0
+}
+
 // Stats is a snapshot of the cache's counters.
 type Stats struct {
 	Used, Capacity          int64

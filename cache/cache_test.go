@@ -165,6 +165,28 @@ func TestDropRemovesOneStream(t *testing.T) {
 	}
 }
 
+// Clear empties the cache, which then fills again as before.
+func TestClearEmptiesAndStaysUsable(t *testing.T) {
+	c := New(1000)
+	s := c.NewStream()
+	for b := int64(0); b < 5; b++ {
+		c.Put(Key{s, b}, make([]byte, 100))
+	}
+	c.Clear()
+	if st := c.Stats(); st.Used != 0 || st.Blocks != 0 {
+		t.Fatalf("after Clear: %+v", st)
+	}
+	if _, ok := c.Peek(Key{s, 0}); ok {
+		t.Error("block still there after Clear")
+	}
+	for b := int64(0); b < 12; b++ {
+		c.Put(Key{s, b}, make([]byte, 100))
+	}
+	if st := c.Stats(); st.Used != 1000 || st.Blocks != 10 {
+		t.Errorf("refilled after Clear: %+v", st)
+	}
+}
+
 // TestConcurrentStress hammers a small cache from many goroutines; every
 // block read must carry its own content and memory must stay bounded. Run
 // with -race.

@@ -27,6 +27,13 @@ type Options struct {
 	// cheaply enough to ask before every read; CheckNow looks now, for
 	// every open. An error fails the open or read with EIO. Nil: always.
 	Check, CheckNow func() error
+	// OnChange, if set, is given a function for the source to call once,
+	// from a goroutine of its own, when it first sees a change: the mount
+	// then logs the reason and asks the kernel to drop the pages it cached
+	// of every file, so that a process that had a file open before the
+	// change gets EIO for all of it, not old pages for some offsets and
+	// EIO for others.
+	OnChange func(func(error))
 	// Logf receives the reason of every read that fails with EIO.
 	Logf func(format string, args ...any)
 }
@@ -51,11 +58,35 @@ var (
 )
 
 // NewRoot returns the root directory of t, to pass to go-fuse's Mount.
-func NewRoot(t *tree.Tree, opts Options) gofs.InodeEmbedder {
+func NewRoot(t *tree.Tree, opts Options) gofs.InodeEmbedder { return newRoot(t, opts) }
+
+func newRoot(t *tree.Tree, opts Options) *dirNode {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
 	return &dirNode{node{tn: t.Root, opts: &opts}}
+}
+
+// sourceChanged is what the mount does once its source changed: every read
+// fails from now on, so the kernel's cached pages go too. It runs on the
+// source's goroutine, never inside a request: the kernel drops a page only
+// once the read filling it has been answered.
+func (d *dirNode) sourceChanged(err error) {
+	d.opts.Logf("%v; every read of the mount now fails", err)
+	dropCachedPages(&d.Inode)
+}
+
+// dropCachedPages asks the kernel to forget the cached pages of every file
+// under n that it knows of.
+func dropCachedPages(n *gofs.Inode) {
+	for _, child := range n.Children() {
+		if child.IsDir() {
+			dropCachedPages(child)
+			continue
+		}
+		// ENOENT: the kernel has forgotten the file, and its pages.
+		_ = child.NotifyContent(0, 0)
+	}
 }
 
 func (n *node) setTimes(a *fuse.Attr) {
@@ -178,8 +209,11 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	n := min(int64(len(dest)), size-off)
 	if spanner, ok := r.(pipeline.FileSpanner); ok {
-		if fd, fileOff, ok := spanner.FileSpan(off, n); ok && spliceFits(fileOff, n) {
-			return fuse.ReadResultFd(fd, fileOff, int(n)), 0
+		if span, ok := spanner.FileSpan(off, n); ok {
+			if spliceFits(span.Off, n) {
+				return &splicedRead{span: span, size: int(n)}, 0
+			}
+			span.Release()
 		}
 	}
 	// Slices go to the kernel in one writev: one copy, none here. (A plain
@@ -191,3 +225,27 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	return fuse.ReadResultVector(slices), 0
 }
+
+// splicedRead is a reply that go-fuse splices from the source file, and
+// that tells the source when the kernel has its bytes: go-fuse calls Done
+// after writing the reply. Until then a writer of the source waits (see
+// pipeline.Source.Span). go-fuse splices any reply with a Seekable method,
+// as it does its own ReadResultFd.
+type splicedRead struct {
+	span pipeline.Span
+	size int
+}
+
+// Seekable gives go-fuse the file range to splice.
+func (r *splicedRead) Seekable() (fd uintptr, off int64, size int) {
+	return r.span.Fd, r.span.Off, r.size
+}
+
+// Bytes reads the range when go-fuse cannot splice.
+func (r *splicedRead) Bytes(buf []byte) ([]byte, fuse.Status) {
+	return fuse.ReadResultFd(r.span.Fd, r.span.Off, r.size).Bytes(buf)
+}
+
+func (r *splicedRead) Size() int { return r.size }
+
+func (r *splicedRead) Done() { r.span.Release() }

@@ -60,7 +60,8 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		DirectMount:      os.Geteuid() == 0,
 		DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
 	}
-	server, err := gofs.Mount(mountpoint, NewRoot(t, opts), &gofs.Options{
+	root := newRoot(t, opts)
+	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		MountOptions: mountOpts,
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
@@ -69,6 +70,9 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 	})
 	if err != nil {
 		return nil, err
+	}
+	if opts.OnChange != nil {
+		opts.OnChange(root.sourceChanged)
 	}
 	if mo.ReadAhead > 0 {
 		if err := setReadAhead(mountpoint, mo.ReadAhead); err != nil && mo.Logf != nil {

@@ -132,7 +132,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	logf := func(string, ...any) {}
 	verify, _ := verifyMode(f.verify, f.noVerify)
 	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: verify, NPYFloat16: f.npyDType.half(),
-		Logf: func(format string, args ...any) { logf(format, args...) }})
+		Logf: func(format string, args ...any) { logf(format, args...) }, Guard: true})
 	if err != nil {
 		return err
 	}
@@ -154,13 +154,16 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	}
 	server, err := ztfs.Mount(mountpoint, s.Tree,
 		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(),
-			Check: s.Source.Check, CheckNow: s.Source.CheckNow, Logf: logf},
+			Check: s.Source.Check, CheckNow: s.Source.CheckNow, OnChange: s.Source.OnChange, Logf: logf},
 		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 			ReadAhead: int64(f.readAhead), Logf: logf})
 	if err != nil {
 		return fmt.Errorf("%s: mount: %w", mountpoint, err)
 	}
 	logf("serving %s at %s", source, mountpoint)
+	if s.Unguarded != nil {
+		logf("%s: %v; raw components are copied rather than spliced, and every read of the file is checked for changes", source, s.Unguarded)
+	}
 	ready(nil)
 
 	signals := make(chan os.Signal, 2)

@@ -457,11 +457,11 @@ func (e exactSize) ReadSlices(off, n int64) ([][]byte, error) {
 	return ReadSlices(e.r, off, n, nil)
 }
 
-func (e exactSize) FileSpan(off, n int64) (uintptr, int64, bool) {
+func (e exactSize) FileSpan(off, n int64) (Span, bool) {
 	if fs, ok := e.r.(FileSpanner); ok {
 		return fs.FileSpan(off, n)
 	}
-	return 0, 0, false
+	return Span{}, false
 }
 
 // contextual prefixes the errors of a reader with what it serves.
@@ -494,9 +494,9 @@ func (c *contextual) ReadSlices(off, n int64) ([][]byte, error) {
 	return s, c.wrap(err)
 }
 
-func (c *contextual) FileSpan(off, n int64) (uintptr, int64, bool) {
+func (c *contextual) FileSpan(off, n int64) (Span, bool) {
 	if fs, ok := c.r.(FileSpanner); ok {
 		return fs.FileSpan(off, n)
 	}
-	return 0, 0, false
+	return Span{}, false
 }

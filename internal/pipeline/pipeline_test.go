@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
@@ -20,6 +19,7 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 	data := f32Bytes(1, 2, 3, 4, 5, 6)
 	off := b.add(data)
 	src := b.open(t)
+	guard(t, src)
 	p := newTestPipeline(t, src, Options{})
 	c := rawComponent("data", formats.F32, off, data)
 	tensor := &formats.Tensor{Name: "w", Shape: []uint64{2, 3}, DType: formats.F32, Layout: "dense",
@@ -29,11 +29,13 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatalf("component = %x", got)
 	}
-	fd, fileOff, ok := r.(FileSpanner).FileSpan(4, 8)
-	if !ok || fd != src.Fd() || fileOff != int64(off)+4 {
-		t.Errorf("FileSpan = %d, %d, %v", fd, fileOff, ok)
+	span, ok := r.(FileSpanner).FileSpan(4, 8)
+	if !ok || span.Fd != src.Fd() || span.Off != int64(off)+4 {
+		t.Errorf("FileSpan = %+v, %v", span, ok)
 	}
-	if _, _, ok := r.(FileSpanner).FileSpan(20, 8); ok {
+	releaseSpan(span, ok)
+	if span, ok := r.(FileSpanner).FileSpan(20, 8); ok {
+		span.Release()
 		t.Error("FileSpan past the component's end")
 	}
 
@@ -47,11 +49,17 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 	}
 	checkRandomReads(t, n, whole, 1)
 	header := int64(len(whole) - len(data))
-	if _, fileOff, ok := n.(FileSpanner).FileSpan(header+8, 4); !ok || fileOff != int64(off)+8 {
-		t.Errorf("npy FileSpan in the data = %d, %v", fileOff, ok)
+	span, ok = n.(FileSpanner).FileSpan(header+8, 4)
+	if !ok || span.Off != int64(off)+8 {
+		t.Errorf("npy FileSpan in the data = %+v, %v", span, ok)
 	}
-	if _, _, ok := n.(FileSpanner).FileSpan(header-4, 8); ok {
+	releaseSpan(span, ok)
+	if span, ok := n.(FileSpanner).FileSpan(header-4, 8); ok {
+		span.Release()
 		t.Error("npy FileSpan across the header")
+	}
+	if src.inflight.Load() != 0 {
+		t.Errorf("%d reads still in flight", src.inflight.Load())
 	}
 	info, err := NPYOf(tensor)
 	if err != nil || info.Size != uint64(len(whole)) {
@@ -298,11 +306,14 @@ func TestDigestVerification(t *testing.T) {
 			var b fileBuilder
 			off := b.add(data)
 			var notes []string
-			p := newTestPipeline(t, b.open(t), Options{Verify: VerifyAll, Logf: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
+			src := b.open(t)
+			guard(t, src)
+			p := newTestPipeline(t, src, Options{Verify: VerifyAll, Logf: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
 			c := rawComponent("data", formats.F32, off, data)
 			c.Digest = tc.digest
 			r := p.Component(&formats.Tensor{Name: "crc"}, c)
-			_, _, spanOK := r.(FileSpanner).FileSpan(0, 4)
+			span, spanOK := r.(FileSpanner).FileSpan(0, 4)
+			releaseSpan(span, spanOK)
 			got, err := readAll(t, r, 100)
 			if tc.wantErr == "" {
 				if err != nil || !bytes.Equal(got, data) || !spanOK {
@@ -346,6 +357,7 @@ func TestSourceChangeFailsReads(t *testing.T) {
 	data := f32Bytes(1, 2)
 	off := b.add(data)
 	src := b.open(t)
+	guard(t, src)
 	p := newTestPipeline(t, src, Options{})
 	r := p.Component(&formats.Tensor{}, rawComponent("data", formats.F32, off, data))
 	mustReadAll(t, r)
@@ -355,11 +367,12 @@ func TestSourceChangeFailsReads(t *testing.T) {
 	}
 	f.WriteString("appended")
 	f.Close()
-	time.Sleep(changeCheckInterval + 20*time.Millisecond)
+	// No wait: the open broke the lease before the append could start.
 	if _, err := readAll(t, r, 100); !errors.Is(err, ErrSourceChanged) {
 		t.Fatalf("after append: %v", err)
 	}
-	if _, _, ok := r.(FileSpanner).FileSpan(0, 4); ok {
+	if span, ok := r.(FileSpanner).FileSpan(0, 4); ok {
+		span.Release()
 		t.Error("FileSpan after the source changed")
 	}
 }

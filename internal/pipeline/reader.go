@@ -23,9 +23,22 @@ type Reader interface {
 // file descriptor instead of copying (splice).
 type FileSpanner interface {
 	// FileSpan reports whether the n bytes at off are the source's bytes at
-	// fileOff of the file descriptor fd.
-	FileSpan(off, n int64) (fd uintptr, fileOff int64, ok bool)
+	// span.Off of the file descriptor span.Fd, and whether the kernel may
+	// splice them. The caller must release the span once the kernel has
+	// copied them.
+	FileSpan(off, n int64) (span Span, ok bool)
 }
+
+// Span is a byte range of the source file for the kernel to splice.
+type Span struct {
+	Fd      uintptr
+	Off     int64
+	release func()
+}
+
+// Release ends the span: call it exactly once, after the kernel has copied
+// the bytes (until then, a writer of a guarded source waits).
+func (s Span) Release() { s.release() }
 
 // Slicer is implemented by readers that can lend their bytes instead of
 // copying them: slices of immutable decoded blocks. A caller may hand the
@@ -92,11 +105,15 @@ func (r *region) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
-func (r *region) FileSpan(off, n int64) (uintptr, int64, bool) {
-	if off < 0 || n < 0 || off > r.len || n > r.len-off || r.src.Check() != nil {
-		return 0, 0, false
+func (r *region) FileSpan(off, n int64) (Span, bool) {
+	if off < 0 || n < 0 || off > r.len || n > r.len-off {
+		return Span{}, false
 	}
-	return r.src.Fd(), r.off + off, true
+	release, ok := r.src.Span()
+	if !ok {
+		return Span{}, false
+	}
+	return Span{Fd: r.src.Fd(), Off: r.off + off, release: release}, true
 }
 
 // verdict is the outcome of one digest check, made once, on first use.
@@ -150,10 +167,10 @@ func (v *verified) ReadAt(p []byte, off int64) (int, error) {
 	return v.inner.ReadAt(p, off)
 }
 
-func (v *verified) FileSpan(off, n int64) (uintptr, int64, bool) {
+func (v *verified) FileSpan(off, n int64) (Span, bool) {
 	fs, ok := v.inner.(FileSpanner)
 	if !ok || v.verdict.get() != nil {
-		return 0, 0, false
+		return Span{}, false
 	}
 	return fs.FileSpan(off, n)
 }
@@ -210,10 +227,10 @@ func (c *concat) ReadSlices(off, n int64) ([][]byte, error) {
 	return append(out, body...), err
 }
 
-func (c *concat) FileSpan(off, n int64) (uintptr, int64, bool) {
+func (c *concat) FileSpan(off, n int64) (Span, bool) {
 	fs, ok := c.body.(FileSpanner)
 	if !ok || off < int64(len(c.prefix)) {
-		return 0, 0, false
+		return Span{}, false
 	}
 	return fs.FileSpan(off-int64(len(c.prefix)), n)
 }

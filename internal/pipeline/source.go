@@ -4,27 +4,50 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
 )
 
-// changeCheckInterval bounds how often Source looks for changes: often
-// enough that a rewritten file is noticed at once by a person, rarely enough
-// that the fstat costs nothing next to the reads it guards.
+// changeCheckInterval bounds how often Check looks at the file's status and
+// path: often enough that a replaced or edited file is noticed at once by a
+// person, rarely enough that the stat calls cost nothing next to the reads
+// they guard. It does not bound how long changed bytes could be served:
+// ReadAt confirms every read, and Span refuses splices unless the source is
+// guarded.
 const changeCheckInterval = 100 * time.Millisecond
 
-// Source is the container file every stage of a mount reads from. It
-// records the file's size and modification time at open and refuses reads
-// once either changes, so a mount never mixes the old index with new bytes.
-type Source struct {
-	f     *os.File
-	path  string
-	size  int64
-	mtime time.Time
+// drainLimit bounds how long a lease break waits for reads in flight before
+// it lets the writer go on. Reads take milliseconds; the kernel itself
+// revokes a lease after /proc/sys/fs/lease-break-time (45 s by default).
+const drainLimit = 5 * time.Second
 
-	lastCheck atomic.Int64          // unix nanoseconds of the last fstat
+// Source is the container file every stage of a mount reads from. It
+// records the file's identity at open (size, modification and status-change
+// times, device and inode) and refuses reads once any of it changes, or
+// once its path names another file, so that a mount never mixes the old
+// index or old bytes with new ones.
+//
+// Two ways keep changed bytes out of every read. A guarded source (Guard)
+// holds a read lease: the kernel tells it before another process opens the
+// file for writing or truncates it, and holds that process off until every
+// read in flight has finished. Without a lease, every ReadAt stats the file
+// after reading and discards the bytes if anything changed, and Span
+// refuses zero-copy reads, which nothing could check afterwards.
+type Source struct {
+	f    *os.File
+	fd   uintptr
+	path string // as given, for messages
+	abs  string // absolute, for the check that it still names this file
+	id   identity
+
+	lastCheck atomic.Int64          // unix nanoseconds of the last CheckNow
 	changed   atomic.Pointer[error] // set once, when a change is first seen
+	inflight  atomic.Int64          // reads and splices between enter and exit
+	guarded   atomic.Bool           // a read lease is held and not broken
+
+	w *watcher // set by Guard, before the source is shared
 }
 
 // OpenSource opens the file at path for reading. Its errors do not repeat
@@ -49,7 +72,14 @@ func OpenSource(path string) (*Source, error) {
 		f.Close()
 		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
 	}
-	s := &Source{f: f, path: path, size: st.Size(), mtime: st.ModTime()}
+	s := &Source{f: f, fd: f.Fd(), path: path, abs: path}
+	if abs, err := filepath.Abs(path); err == nil {
+		s.abs = abs
+	}
+	if s.id, err = s.fstat(); err != nil {
+		f.Close()
+		return nil, err
+	}
 	s.lastCheck.Store(time.Now().UnixNano())
 	return s, nil
 }
@@ -58,27 +88,56 @@ func OpenSource(path string) (*Source, error) {
 func (s *Source) Path() string { return s.path }
 
 // Size returns the file's size at open.
-func (s *Source) Size() int64 { return s.size }
+func (s *Source) Size() int64 { return s.id.size }
 
 // ModTime returns the file's modification time at open.
-func (s *Source) ModTime() time.Time { return s.mtime }
+func (s *Source) ModTime() time.Time { return time.Unix(0, s.id.mtime) }
 
 // Fd returns the file descriptor, for zero-copy reads by the caller.
-func (s *Source) Fd() uintptr { return s.f.Fd() }
+func (s *Source) Fd() uintptr { return s.fd }
 
-// Close closes the file.
-func (s *Source) Close() error { return s.f.Close() }
+// Guarded reports whether the source holds a read lease that no change has
+// broken.
+func (s *Source) Guarded() bool { return s.guarded.Load() }
+
+// Close stops the goroutine Guard started, which releases the lease, and
+// closes the file. No read may be in progress or start.
+func (s *Source) Close() error {
+	if s.w != nil {
+		s.w.close()
+	}
+	return s.f.Close()
+}
 
 // ErrSourceChanged is wrapped by the errors of reads after the source file
 // changed under the mount.
 var ErrSourceChanged = errors.New("source file changed since it was mounted; remount to see the new version")
 
-// Check reports whether the file still has the size and modification time
-// it had at open. It looks at most every changeCheckInterval; once a change
-// is seen, every later call reports it.
+// err returns the change seen, if any.
+func (s *Source) err() error {
+	if p := s.changed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// markChanged records the first change seen, wakes the watcher so that the
+// OnChange functions run, and returns the change recorded.
+func (s *Source) markChanged(reason string) error {
+	err := fmt.Errorf("%s: %w (%s)", s.path, ErrSourceChanged, reason)
+	s.changed.CompareAndSwap(nil, &err)
+	if s.w != nil {
+		s.w.poke()
+	}
+	return s.err()
+}
+
+// Check reports whether the file is still the one that was opened. It looks
+// at most every changeCheckInterval; once a change is seen, every later call
+// reports it.
 func (s *Source) Check() error {
-	if err := s.changed.Load(); err != nil {
-		return *err
+	if err := s.err(); err != nil {
+		return err
 	}
 	if time.Now().UnixNano()-s.lastCheck.Load() < int64(changeCheckInterval) {
 		return nil
@@ -86,34 +145,111 @@ func (s *Source) Check() error {
 	return s.CheckNow()
 }
 
-// CheckNow is Check without the rate limit: one fstat.
+// CheckNow is Check without the rate limit: an fstat of the open file and a
+// stat of its path.
 func (s *Source) CheckNow() error {
-	if err := s.changed.Load(); err != nil {
-		return *err
+	if err := s.err(); err != nil {
+		return err
 	}
 	s.lastCheck.Store(time.Now().UnixNano())
-	var err error
-	st, statErr := s.f.Stat()
-	switch {
-	case statErr != nil:
-		err = fmt.Errorf("%w (stat: %v)", ErrSourceChanged, statErr)
-	case st.Size() != s.size:
-		err = fmt.Errorf("%w (size %d, was %d)", ErrSourceChanged, st.Size(), s.size)
-	case !st.ModTime().Equal(s.mtime):
-		err = fmt.Errorf("%w (modified %s)", ErrSourceChanged, st.ModTime().Format(time.RFC3339Nano))
-	default:
-		return nil
+	if err := s.verify(); err != nil {
+		return err
 	}
-	s.changed.CompareAndSwap(nil, &err)
-	return *s.changed.Load()
+	return s.checkPath()
 }
 
-// ReadAt reads from the file after checking that it has not changed.
+// verify compares the open file's status with its status at open.
+func (s *Source) verify() error {
+	id, err := s.fstat()
+	if err != nil {
+		return s.markChanged("stat: " + err.Error())
+	}
+	if why := id.changeFrom(s.id); why != "" {
+		return s.markChanged(why)
+	}
+	return nil
+}
+
+// checkPath reports a path that no longer names the open file: replaced by
+// a rename, deleted or moved. The mount serves the file its path named; a
+// user who replaced that file expects to see the new one, which only a
+// remount can show.
+func (s *Source) checkPath() error {
+	id, err := statPath(s.abs)
+	switch {
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return s.markChanged("the path no longer exists: deleted or moved")
+	case err != nil:
+		return s.markChanged("stat of the path: " + err.Error())
+	case !id.sameFile(s.id):
+		return s.markChanged("the path now names another file: replaced, e.g. by a rename")
+	}
+	return nil
+}
+
+// enter marks a read of the file in flight, unless a change was seen. A
+// lease break sets the change before it waits for the reads in flight to
+// end, so a read that entered is either waited for or sees the change (both
+// sides use sequentially consistent atomics).
+func (s *Source) enter() error {
+	s.inflight.Add(1)
+	if err := s.err(); err != nil {
+		s.exit()
+		return err
+	}
+	return nil
+}
+
+func (s *Source) exit() { s.inflight.Add(-1) }
+
+// ReadAt reads from the file, and returns the bytes only if they are the
+// version that was opened: guarded, no writer can start before the read
+// ends; unguarded, the file's status is compared after the read, since a
+// write changes the size or the times before its bytes land.
 func (s *Source) ReadAt(p []byte, off int64) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.exit()
 	if err := s.Check(); err != nil {
 		return 0, err
 	}
-	return s.f.ReadAt(p, off)
+	n, err := s.f.ReadAt(p, off)
+	if !s.guarded.Load() {
+		if cerr := s.verify(); cerr != nil {
+			return 0, cerr
+		}
+	}
+	return n, err
+}
+
+// Span reports whether the kernel may splice bytes of the file straight to
+// a reader, and if so marks the splice in flight until release is called,
+// which must happen once the kernel has copied the bytes. Only a guarded
+// source allows it: the bytes of a splice are copied after the last code of
+// ztfs has run, so only a lease, which holds writers off until release,
+// keeps a write from landing in them.
+func (s *Source) Span() (release func(), ok bool) {
+	if !s.guarded.Load() || s.enter() != nil {
+		return nil, false
+	}
+	if s.Check() != nil {
+		s.exit()
+		return nil, false
+	}
+	return s.exit, true
+}
+
+// drain waits until no read that entered is in flight, or limit passes.
+func (s *Source) drain(limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for s.inflight.Load() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	return true
 }
 
 func fileKind(m os.FileMode) string {

@@ -26,6 +26,9 @@ type Options struct {
 	NPYFloat16 bool
 	// Logf receives notes of the pipeline; nil discards them.
 	Logf func(format string, args ...any)
+	// Guard takes a read lease on the source and watches it for changes
+	// (pipeline.Source.Guard), as a mount, which lives long, should.
+	Guard bool
 }
 
 // Session is one opened container.
@@ -35,6 +38,10 @@ type Session struct {
 	Cache     *cache.Cache
 	Pipeline  *pipeline.Pipeline
 	Tree      *tree.Tree
+	// Unguarded says why a session opened with Options.Guard holds no read
+	// lease on its source (nil when it does): raw bytes are then copied
+	// and every read of the source is checked.
+	Unguarded error
 }
 
 // Open opens and validates the container at path. Its errors are one line
@@ -44,11 +51,25 @@ func Open(path string, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	var unguarded error
+	if opts.Guard {
+		// Before the index is read, so that the lease covers it too.
+		unguarded = src.Guard()
+	}
 	s, err := open(src, path, opts)
 	if err != nil {
 		src.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	// The index must be the version that is served: a change while it was
+	// read fails the open rather than every later read.
+	if err := src.CheckNow(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Unguarded = unguarded
+	// Nothing can be served once the source changed: free the cache.
+	src.OnChange(func(error) { s.Cache.Clear() })
 	return s, nil
 }
 

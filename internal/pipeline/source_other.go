@@ -1,0 +1,41 @@
+//go:build !linux
+
+package pipeline
+
+import (
+	"errors"
+	"os"
+	"time"
+)
+
+// fstat returns the size and modification time of the open file: what
+// os.FileInfo tells everywhere.
+func (s *Source) fstat() (identity, error) {
+	st, err := s.f.Stat()
+	if err != nil {
+		return identity{}, err
+	}
+	return identity{size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
+}
+
+// statPath returns what os.Stat tells of the file path names now.
+func statPath(path string) (identity, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return identity{}, err
+	}
+	return identity{size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
+}
+
+func formatNanos(ns int64) string { return time.Unix(0, ns).Format(time.RFC3339Nano) }
+
+// lease is never granted here: file leases are Linux's.
+type lease struct{}
+
+func acquireLease(uintptr) (*lease, error) {
+	return nil, errors.New("no read lease: file leases need Linux")
+}
+
+func (*lease) signals() <-chan os.Signal { return nil }
+func (*lease) broken() bool              { return false }
+func (*lease) release()                  {}
