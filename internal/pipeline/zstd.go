@@ -205,8 +205,10 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 	if k < 0 || k > last {
 		return nil, fmt.Errorf("zstd block %d out of range", k)
 	}
-	if !restart && (z.cur == nil || z.cur.owner != z || z.cur.restart || z.cur.end || z.cur.next > k) {
-		return nil, nil
+	if !restart {
+		if next, ok := z.pool.position(z, z.cur); !ok || next > k {
+			return nil, nil
+		}
 	}
 	c, err := z.claim()
 	if err != nil {
@@ -333,11 +335,10 @@ func (z *zstdStream) decodeAhead() {
 func (z *zstdStream) nextAhead() (int64, bool) {
 	z.mu.Lock()
 	defer z.mu.Unlock()
-	c := z.cur
-	if c == nil || c.owner != z || c.restart || c.end || z.pool.isClosed() {
+	k, ok := z.pool.position(z, z.cur)
+	if !ok {
 		return 0, false
 	}
-	k := c.next
 	if _, cached := z.out.cache.Peek(z.out.key(k)); cached {
 		// Decoded before and still cached: the reader does not need the
 		// decoder here, and decoding it again would not move it on.
@@ -537,11 +538,20 @@ func (p *decoderPool) enterAhead() bool {
 	return true
 }
 
-// isClosed reports whether the pool has been closed.
-func (p *decoderPool) isClosed() bool {
+// position returns the block c yields next for owner, whose lock the
+// caller holds, if c is still owner's, positioned, and the pool open. The
+// pool's lock keeps another stream from taking c meanwhile; owner's keeps
+// owner from moving it.
+func (p *decoderPool) position(owner *zstdStream, c *cursor) (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.closed
+	if p.closed || c.owner != owner || c.restart || c.end {
+		return 0, false
+	}
+	return c.next, true
 }
 
 func (p *decoderPool) leaveAhead() {
