@@ -186,13 +186,18 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	return nil
 }
 
-// serverOverhead is the memory a server needs besides its block cache:
-// zstd decoder windows, FUSE request buffers, the index and the tree.
-const serverOverhead = 48 << 20
+// serverOverhead is the memory a server needs besides its block cache
+// and what it decodes ahead: zstd decoder windows, FUSE request buffers,
+// blocks being decoded and copied. With 48 MiB the heap sat at the limit
+// while a 1 GiB component was read and collection took 18% of the
+// server's time; with 64 MiB plus the decode-ahead budget, reads of
+// 128 KiB-frame streams ran 1.6x faster (569 -> 925 MiB/s).
+const serverOverhead = 64 << 20
 
 // boundMemory asks the Go runtime to collect garbage early enough that the
 // server stays near what it holds after opening the container (the index
-// and tree) plus its cache and a working margin, rather than letting the
+// and tree) plus its cache, what it may decode ahead of readers and a
+// working margin, rather than letting the
 // heap grow to twice the live cache between collections. GOMEMLIMIT in the
 // environment takes precedence.
 func boundMemory(cacheSize int64) {
@@ -201,7 +206,7 @@ func boundMemory(cacheSize int64) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + serverOverhead)
+	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + pipeline.HeldBudget(cacheSize) + serverOverhead)
 }
 
 // checkMountpoint refuses a mountpoint that is not a directory or that

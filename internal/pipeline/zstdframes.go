@@ -582,7 +582,7 @@ type groupJob struct {
 }
 
 func newFramedStream(z *zstdStream, idx *frameIndex) *framedStream {
-	f := &framedStream{z: z, idx: idx, size: idx.total(), bs: frameBlockSize(idx, z.blockSize), jobs: make(map[int64]*groupJob), last: -2}
+	f := &framedStream{z: z, idx: idx, size: idx.total(), bs: frameBlockSize(idx, z.blockSize), jobs: make(map[int64]*groupJob), last: -1}
 	f.group = max(1, (idx.largest+f.bs-1)/f.bs)
 	f.nblocks = (f.size + f.bs - 1) / f.bs
 	f.groups = (f.nblocks + f.group - 1) / f.group
@@ -617,9 +617,26 @@ func frameBlockSize(idx *frameIndex, blockSize int64) int64 {
 	return frame
 }
 
+// nearBlocks is how many pipeline blocks apart two reads of a stream may
+// be and still count as one sequential reader's: 8 MiB with the default
+// block, twice the read-ahead a mount asks the kernel for, which sends that
+// many bytes of requests at once.
+const nearBlocks = 8
+
+// near is nearBlocks in this stream's groups, and at least the groups
+// decoded ahead.
+func (f *framedStream) near() int64 {
+	return max(int64(f.ahead)+1, nearBlocks*f.z.blockSize/(f.group*f.bs))
+}
+
 // heldBudget bounds the decoded bytes all streams of a pipeline hold ahead
 // of their readers, outside the cache.
 func heldBudget(capacity int64) int64 { return capacity / 8 }
+
+// HeldBudget is the most a pipeline with a cache of this capacity holds
+// decoded ahead of its readers, outside the cache: memory a server must
+// allow for besides the cache.
+func HeldBudget(capacity int64) int64 { return heldBudget(capacity) }
 
 // block returns block k, decoding its group unless a decode of it runs.
 func (f *framedStream) block(k int64) ([]byte, error) {
@@ -639,14 +656,20 @@ func (f *framedStream) block(k int64) ([]byte, error) {
 		j = &groupJob{owner: f, g: g, done: make(chan struct{})}
 		f.jobs[g] = j
 	}
-	if g == f.last+1 {
+	// The kernel's read-ahead sends a sequential reader's next requests
+	// at once and they arrive in any order, so a group within the
+	// read-ahead's reach of the last one counts as the reader moving on
+	// (or catching up), not as a jump.
+	switch near := f.near(); {
+	case f.last < 0 || g > f.last+near || g < f.last-near:
+		f.flushHeldLocked() // a jump: what was decoded ahead goes to the cache
+		f.last = g
+	case g > f.last:
 		for a := int64(1); a <= int64(f.ahead); a++ {
 			f.startAheadLocked(g + a)
 		}
-	} else if g != f.last {
-		f.flushHeldLocked() // a jump: what was decoded ahead goes to the cache
+		f.last = g
 	}
-	f.last = g
 	f.mu.Unlock()
 	if mine {
 		if err := f.z.pool.enter(); err != nil {
