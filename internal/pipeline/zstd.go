@@ -262,7 +262,7 @@ func (z *zstdStream) blockSizeOf() int64 {
 // reader. Zero when the cache is too small to hold them without evicting
 // what readers use.
 func (z *zstdStream) sequentialAhead() int64 {
-	return min(zstdSequentialAhead, heldBudget(z.out.cache.Capacity())/z.blockSize)
+	return min(zstdSequentialAhead, HeldBudget(z.out.cache.Capacity())/z.blockSize)
 }
 
 // zstdSequentialAhead bounds the decode-ahead of streams that are decoded
@@ -591,7 +591,7 @@ func (p *decoderPool) hold(j *groupJob) []*groupJob {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.budget == 0 {
-		p.budget = heldBudget(j.owner.z.out.cache.Capacity())
+		p.budget = HeldBudget(j.owner.z.out.cache.Capacity())
 	}
 	j.el = p.held.PushBack(j)
 	p.heldLen += j.held

@@ -25,7 +25,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, r, z := framedComponentCache(t, stored, cache.New(tc.cache))
+			_, r, z := framedComponent(t, stored, -1, Options{Cache: cache.New(tc.cache)})
 			if z.framed.Load() != nil {
 				t.Fatal("a one-frame stream was indexed")
 			}
@@ -45,7 +45,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 		})
 	}
 	t.Run("random and backward reads", func(t *testing.T) {
-		_, r, _ := framedComponentCache(t, stored, cache.New(64<<10))
+		_, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64<<10)})
 		rng := rand.New(rand.NewSource(3))
 		for i := 0; i < 300; i++ {
 			off := rng.Int63n(int64(len(data)))
@@ -61,7 +61,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 	// ahead: it waits for them. (Closing under readers themselves is not
 	// allowed: a mount closes its pipeline after the last reader is gone.)
 	t.Run("close during decode-ahead", func(t *testing.T) {
-		p, r, _ := framedComponentCache(t, stored, cache.New(64<<20))
+		p, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64<<20)})
 		var wg sync.WaitGroup
 		for g := 0; g < 2; g++ {
 			wg.Add(1)
@@ -80,10 +80,4 @@ func TestZstdSequentialAhead(t *testing.T) {
 		wg.Wait()
 		p.Close()
 	})
-}
-
-// framedComponentCache is framedComponent with a given cache.
-func framedComponentCache(t *testing.T, stored []byte, c *cache.Cache) (*Pipeline, Reader, *zstdStream) {
-	t.Helper()
-	return framedComponent(t, stored, -1, Options{Cache: c})
 }

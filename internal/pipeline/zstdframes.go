@@ -545,7 +545,7 @@ func frameLimit(blockSize, capacity int64) int64 {
 // stream decodes the next zstdDecodeAhead groups in goroutines of its own.
 // Their blocks are held by the stream, not the cache, until a reader asks
 // for them, so that reaching them schedules the groups after them; bytes
-// held are bounded across the pipeline (heldBudget), the oldest going to the
+// held are bounded across the pipeline (HeldBudget), the oldest going to the
 // cache beyond it. The goroutines are counted by the decoder pool, whose
 // close waits for them.
 type framedStream struct {
@@ -589,7 +589,7 @@ func newFramedStream(z *zstdStream, idx *frameIndex) *framedStream {
 	// As many bytes ahead as zstdDecodeAhead groups of the pipeline's
 	// block size, whatever the size of this stream's groups.
 	ahead := max(int64(zstdDecodeAhead), int64(zstdDecodeAhead)*z.blockSize/(f.group*f.bs))
-	if ahead*f.group*f.bs <= heldBudget(z.out.cache.Capacity()) {
+	if ahead*f.group*f.bs <= HeldBudget(z.out.cache.Capacity()) {
 		f.ahead = int(ahead)
 	}
 	return f
@@ -629,14 +629,10 @@ func (f *framedStream) near() int64 {
 	return max(int64(f.ahead)+1, nearBlocks*f.z.blockSize/(f.group*f.bs))
 }
 
-// heldBudget bounds the decoded bytes all streams of a pipeline hold ahead
-// of their readers, outside the cache.
-func heldBudget(capacity int64) int64 { return capacity / 8 }
-
-// HeldBudget is the most a pipeline with a cache of this capacity holds
-// decoded ahead of its readers, outside the cache: memory a server must
-// allow for besides the cache.
-func HeldBudget(capacity int64) int64 { return heldBudget(capacity) }
+// HeldBudget bounds the decoded bytes all streams of a pipeline with a
+// cache of this capacity hold ahead of their readers, outside the cache:
+// memory a server must allow for besides the cache.
+func HeldBudget(capacity int64) int64 { return capacity / 8 }
 
 // block returns block k, decoding its group unless a decode of it runs.
 func (f *framedStream) block(k int64) ([]byte, error) {

@@ -516,8 +516,8 @@ func TestZstdFramesHeldBudget(t *testing.T) {
 	decodedFrames(t, z)
 	p.pool.mu.Lock()
 	defer p.pool.mu.Unlock()
-	if p.pool.heldLen > heldBudget(512<<10) || p.pool.heldLen != sumHeld(p.pool) {
-		t.Errorf("%d bytes held, budget %d", p.pool.heldLen, heldBudget(512<<10))
+	if p.pool.heldLen > HeldBudget(512<<10) || p.pool.heldLen != sumHeld(p.pool) {
+		t.Errorf("%d bytes held, budget %d", p.pool.heldLen, HeldBudget(512<<10))
 	}
 }
 
