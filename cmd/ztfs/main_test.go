@@ -353,17 +353,8 @@ func TestForegroundSignalUnmounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Unmount(mnt, syscall.MNT_DETACH)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if typ, _ := mountType(mnt); typ == "fuse.ztfs" {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("foreground mount never appeared")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer cmd.Process.Kill()
+	waitFor(t, "the foreground mount", func() bool { typ, _ := mountType(mnt); return typ == "fuse.ztfs" })
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error)
 	go func() { done <- cmd.Wait() }()
