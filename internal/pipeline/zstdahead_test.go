@@ -45,7 +45,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 		})
 	}
 	t.Run("random and backward reads", func(t *testing.T) {
-		_, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64<<10)})
+		_, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64 << 10)})
 		rng := rand.New(rand.NewSource(3))
 		for i := 0; i < 300; i++ {
 			off := rng.Int63n(int64(len(data)))
@@ -61,7 +61,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 	// ahead: it waits for them. (Closing under readers themselves is not
 	// allowed: a mount closes its pipeline after the last reader is gone.)
 	t.Run("close during decode-ahead", func(t *testing.T) {
-		p, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64<<20)})
+		p, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64 << 20)})
 		var wg sync.WaitGroup
 		for g := 0; g < 2; g++ {
 			wg.Add(1)
