@@ -22,8 +22,10 @@ func newVerifyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify [--json] [--npy-dtype T] [--cache-size SIZE] FILE",
 		Short: "Check that FILE is intact and fully readable",
-		Long: `Check every digest FILE records, and read every file of the tree a mount of
-FILE would show to its end, decoding as the mount does. Report each tensor:
+		Long: `Check every digest FILE records, and read the files of the tree a mount of
+FILE would show to their end (manifest.json, extra files, every component
+file and tensor.npy; each meta.json is manifest.json's entry), decoding as
+the mount does. Report each tensor:
 ok, digest mismatch, decode error (naming the component and the reason), or
 not verifiable (an unknown digest algorithm, an encoding ztfs does not
 decode, no tensor.npy); then a summary.

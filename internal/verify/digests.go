@@ -1,6 +1,7 @@
 // Package verify answers whether a container file is intact and fully
-// readable: it checks every digest the file records and reads every file of
-// its tree to the end through the decoding pipeline, as a mount serves
+// readable: it checks every digest the file records and reads the files of
+// its tree that hold data (all but meta.json, which repeats manifest.json)
+// to the end through the decoding pipeline, as a mount serves
 // them. `ztfs verify` runs all of it; `ztfs inspect --verify` uses the
 // digest checks alone.
 package verify
@@ -43,10 +44,7 @@ func Digests(c *formats.Container) []*Digest {
 			if comp.Digest == "" {
 				continue
 			}
-			region := formats.Region{Offset: comp.Offset, Length: comp.Length}
-			if r := comp.DigestRegion; r != nil {
-				region = *r
-			}
+			region := comp.DigestCovers()
 			key := digestKey{comp.Digest, region}
 			d := seen[key]
 			if d == nil {
@@ -77,9 +75,8 @@ type Source interface {
 // digest.ErrUnverifiable for an algorithm ztfs does not know, or another
 // error (a malformed digest, bytes outside the source, a read error).
 func (d *Digest) Check(src Source) error {
-	size := uint64(src.Size())
-	if d.Region.Offset > size || d.Region.Length > size-d.Region.Offset {
-		return fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", d.Region.Offset, d.Region.Length, size)
+	if !d.Region.Within(src.Size()) {
+		return fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", d.Region.Offset, d.Region.Length, src.Size())
 	}
 	return digest.Check(src, int64(d.Region.Offset), int64(d.Region.Length), d.Text)
 }

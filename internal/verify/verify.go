@@ -54,7 +54,8 @@ func (noProgress) Expect(int64) {}
 func (noProgress) Done(int64)   {}
 
 // File opens the container at path and verifies it: every digest it
-// records is checked, and every file of its tree is read to its end. An
+// records is checked, and every file of its tree but meta.json (an entry of
+// manifest.json) is read to its end. An
 // error means the file could not be opened (one line that starts with
 // path); everything found after that is in the report.
 //
@@ -102,7 +103,7 @@ type verifier struct {
 	buf      []byte
 	digestOf map[*formats.Component]*Digest
 	results  map[*Digest]*DigestResult
-	summary  Summary
+	read     int64 // bytes read from the tree's files
 }
 
 func (v *verifier) run(path string) *Report {
@@ -146,9 +147,8 @@ func (v *verifier) run(path string) *Report {
 // the index records them. The other sizes are added as they are learnt.
 func (v *verifier) plan(digests []*Digest) int64 {
 	var n int64
-	size := uint64(v.s.Source.Size())
 	for _, d := range digests {
-		if d.Region.Offset <= size && d.Region.Length <= size-d.Region.Offset {
+		if d.Region.Within(v.s.Source.Size()) {
 			n = addSat(n, int64(d.Region.Length))
 		}
 	}
@@ -187,14 +187,10 @@ func plannedSize(c *formats.Component) int64 {
 // tensor checks the digests of t's components and reads its files.
 func (v *verifier) tensor(t *formats.Tensor) Tensor {
 	res := Tensor{Name: t.Name, Path: tree.TensorPath(t), Components: make([]Component, len(t.Components))}
-	index := make(map[*formats.Component]int, len(t.Components))
 	for i, c := range t.Components {
-		index[c] = i
-		// TensorFiles gives every component a file, whose read replaces
-		// this; were one ever missing, the report would say so.
-		res.Components[i] = Component{Role: c.Role, Encoding: string(c.Encoding), Digest: v.digest(c),
-			Read: Read{Path: "", Result: Error, Size: -1, Error: fmt.Sprintf("tensor %q: component %q: no file in the tree", t.Name, c.Role)}}
+		res.Components[i] = Component{Role: c.Role, Encoding: string(c.Encoding), Digest: v.digest(c)}
 	}
+	// One file per component, in their order, then tensor.npy if any.
 	files := v.s.Tree.TensorFiles(t)
 	reads := make([]*reading, len(files))
 	for i, f := range files {
@@ -212,8 +208,8 @@ func (v *verifier) tensor(t *formats.Tensor) Tensor {
 		reads[i] = rd
 	}
 	for i, rd := range v.readFiles(reads) {
-		if c := files[i].Component; c != nil {
-			res.Components[index[c]].Read = *rd.res
+		if i < len(res.Components) {
+			res.Components[i].Read = *rd.res
 		} else {
 			res.NPY = rd.res
 		}
@@ -241,7 +237,7 @@ func (v *verifier) digest(c *formats.Component) *DigestResult {
 	before := v.src.n
 	err := d.Check(v.src)
 	hashed := v.src.n - before
-	if size := uint64(v.s.Source.Size()); d.Region.Offset <= size && d.Region.Length <= size-d.Region.Offset {
+	if d.Region.Within(v.s.Source.Size()) {
 		v.progress.Expect(hashed - int64(d.Region.Length)) // what an early stop left out
 	}
 	res := &DigestResult{Value: d.Text, Result: Classify(err), Covers: ByteRange{d.Region.Offset, d.Region.Length}}
@@ -295,12 +291,16 @@ func (v *verifier) readFiles(files []*reading) []*reading {
 	if longest%chunk != 0 || steps == 0 {
 		steps++
 	}
-	for k := int64(1); k <= steps; k++ {
+	// Stop as soon as every file is done: a hostile index may declare a
+	// size that would take far more steps than the bytes ever read.
+	for k, reading := int64(1), true; k <= steps && reading; k++ {
+		reading = false
 		for _, f := range files {
 			target := share(f.size, k, steps)
 			for !f.done && f.off < target {
 				v.step(f, target)
 			}
+			reading = reading || !f.done && f.off < f.size
 		}
 	}
 	for _, f := range files {
@@ -329,7 +329,7 @@ func (v *verifier) step(f *reading, target int64) {
 	got = max(0, min(got, int(n)))
 	f.off += int64(got)
 	f.res.Bytes += int64(got)
-	v.summary.BytesRead += int64(got)
+	v.read += int64(got)
 	v.progress.Done(int64(got))
 	switch {
 	case errors.Is(err, io.EOF) && f.off < target:
@@ -353,7 +353,7 @@ func (v *verifier) fail(f *reading, err error) {
 
 // summarize counts the results of r.
 func (v *verifier) summarize(r *Report, digests int) {
-	s := v.summary
+	s := Summary{BytesRead: v.read}
 	s.Tensors = len(r.Tensors)
 	s.Digests = digests
 	for _, res := range v.results {

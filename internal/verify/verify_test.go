@@ -3,10 +3,12 @@ package verify
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/internal/pipeline"
@@ -106,5 +108,38 @@ func TestProgressAfterDecodeError(t *testing.T) {
 	}
 	if p.expected != p.done {
 		t.Errorf("progress: expected %d, done %d", p.expected, p.done)
+	}
+}
+
+// failingReader claims a huge size and fails every read.
+type failingReader struct{ size int64 }
+
+func (r failingReader) Size() (int64, error) { return r.size, nil }
+func (r failingReader) ReadAt(p []byte, off int64) (int, error) {
+	return 0, errors.New("damaged")
+}
+
+// A file whose index declares an enormous size and whose first read fails
+// ends the pass at once rather than after size/1 MiB empty steps.
+func TestReadFilesStopsWhenAllFailed(t *testing.T) {
+	v := &verifier{progress: noProgress{}, buf: make([]byte, 1<<20)}
+	files := []*reading{
+		{what: "a", r: failingReader{math.MaxInt64}, res: &Read{}},
+		{what: "b", r: failingReader{math.MaxInt64 / 2}, res: &Read{}},
+	}
+	done := make(chan struct{})
+	go func() {
+		v.readFiles(files)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("readFiles still running after every file failed")
+	}
+	for _, f := range files {
+		if f.res.Result != Error {
+			t.Errorf("%s: result %v, want an error", f.what, f.res.Result)
+		}
 	}
 }
