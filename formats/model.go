@@ -141,6 +141,20 @@ type Component struct {
 // Region is a byte range of the source file.
 type Region struct{ Offset, Length uint64 }
 
+// Within reports whether r lies inside a source of size bytes.
+func (r Region) Within(size int64) bool {
+	return size >= 0 && r.Offset <= uint64(size) && r.Length <= uint64(size)-r.Offset
+}
+
+// DigestCovers returns the region of the source c's Digest is computed
+// over: DigestRegion when set, else c's stored bytes.
+func (c *Component) DigestCovers() Region {
+	if c.DigestRegion != nil {
+		return *c.DigestRegion
+	}
+	return Region{Offset: c.Offset, Length: c.Length}
+}
+
 // Codec is one decoding step of Component.Codecs. Its implementations are
 // Decompress, Unshuffle, SimpleUnpack, BitmaskDecode and AndMask.
 type Codec interface{ codec() }

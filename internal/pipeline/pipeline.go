@@ -193,13 +193,11 @@ type verdictKey struct {
 
 // verdictLocked returns the shared check of c's digest.
 func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verdict, error) {
-	key := verdictKey{digest: c.Digest, off: c.Offset, length: c.Length}
-	if r := c.DigestRegion; r != nil {
-		key.off, key.length = r.Offset, r.Length
+	region := c.DigestCovers()
+	if !region.Within(p.src.Size()) {
+		return nil, fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", region.Offset, region.Length, p.src.Size())
 	}
-	if key.off > uint64(p.src.Size()) || key.length > uint64(p.src.Size())-key.off {
-		return nil, fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", key.off, key.length, p.src.Size())
-	}
+	key := verdictKey{digest: c.Digest, off: region.Offset, length: region.Length}
 	if v, ok := p.verdicts[key]; ok {
 		return v, nil
 	}
