@@ -77,7 +77,7 @@ func (c *cached) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // ReadSlices lends the cached blocks themselves: no copy at all.
-func (c *cached) ReadSlices(off, n int64) ([][]byte, error) {
+func (c *cached) ReadSlices(off, n int64, _ []byte) ([][]byte, error) {
 	size, err := c.src.size()
 	if err != nil {
 		return nil, err

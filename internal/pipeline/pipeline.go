@@ -448,11 +448,11 @@ func (e exactSize) ReadAt(p []byte, off int64) (int, error) {
 	return e.r.ReadAt(p, off)
 }
 
-func (e exactSize) ReadSlices(off, n int64) ([][]byte, error) {
+func (e exactSize) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
 	if _, err := e.Size(); err != nil {
 		return nil, err
 	}
-	return ReadSlices(e.r, off, n, nil)
+	return ReadSlices(e.r, off, n, buf)
 }
 
 func (e exactSize) FileSpan(off, n int64) (Span, bool) {
@@ -487,8 +487,8 @@ func (c *contextual) ReadAt(p []byte, off int64) (int, error) {
 	return n, c.wrap(err)
 }
 
-func (c *contextual) ReadSlices(off, n int64) ([][]byte, error) {
-	s, err := ReadSlices(c.r, off, n, nil)
+func (c *contextual) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
+	s, err := ReadSlices(c.r, off, n, buf)
 	return s, c.wrap(err)
 }
 

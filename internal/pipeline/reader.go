@@ -45,8 +45,10 @@ func (s Span) Release() { s.release() }
 // slices to the kernel in one writev.
 type Slicer interface {
 	// ReadSlices returns the n bytes at off, which must lie within the
-	// stream, as a list of slices the caller must not modify.
-	ReadSlices(off, n int64) ([][]byte, error)
+	// stream, as a list of slices the caller must not modify. Bytes that
+	// cannot be lent are read into buf when it is large enough (it may be
+	// nil), else into new memory.
+	ReadSlices(off, n int64, buf []byte) ([][]byte, error)
 }
 
 // clamp limits a read of len(p) bytes at off to a stream of the given size.
@@ -153,11 +155,11 @@ func (v *verified) Size() (int64, error) {
 	return n, err
 }
 
-func (v *verified) ReadSlices(off, n int64) ([][]byte, error) {
+func (v *verified) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
 	if err := v.verdict.get(); err != nil {
 		return nil, err
 	}
-	return ReadSlices(v.inner, off, n, nil)
+	return ReadSlices(v.inner, off, n, buf)
 }
 
 func (v *verified) ReadAt(p []byte, off int64) (int, error) {
@@ -213,7 +215,7 @@ func (c *concat) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
-func (c *concat) ReadSlices(off, n int64) ([][]byte, error) {
+func (c *concat) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
 	var out [][]byte
 	if off < int64(len(c.prefix)) {
 		head := c.prefix[off:min(int64(len(c.prefix)), off+n)]
@@ -223,7 +225,7 @@ func (c *concat) ReadSlices(off, n int64) ([][]byte, error) {
 	if n == 0 {
 		return out, nil
 	}
-	body, err := ReadSlices(c.body, off-int64(len(c.prefix)), n, nil)
+	body, err := ReadSlices(c.body, off-int64(len(c.prefix)), n, buf)
 	return append(out, body...), err
 }
 
@@ -252,7 +254,7 @@ func readFull(r Reader, p []byte, off int64) error {
 // can, else read into buf, or into a new buffer if buf is too small.
 func ReadSlices(r Reader, off, n int64, buf []byte) ([][]byte, error) {
 	if s, ok := r.(Slicer); ok {
-		return s.ReadSlices(off, n)
+		return s.ReadSlices(off, n, buf)
 	}
 	if int64(len(buf)) < n {
 		buf = make([]byte, n)
