@@ -38,7 +38,11 @@ type Span struct {
 
 // Release ends the span: call it exactly once, after the kernel has copied
 // the bytes (until then, a writer of a guarded source waits).
-func (s Span) Release() { s.release() }
+func (s Span) Release() {
+	if s.release != nil {
+		s.release()
+	}
+}
 
 // Slicer is implemented by readers that can lend their bytes instead of
 // copying them: slices of immutable decoded blocks. A caller may hand the

@@ -241,15 +241,10 @@ func (s *Source) Span() (release func(), ok bool) {
 }
 
 // drain waits until no read that entered is in flight, or limit passes.
-func (s *Source) drain(limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for s.inflight.Load() > 0 {
-		if time.Now().After(deadline) {
-			return false
-		}
+func (s *Source) drain(limit time.Duration) {
+	for deadline := time.Now().Add(limit); s.inflight.Load() > 0 && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Microsecond)
 	}
-	return true
 }
 
 func fileKind(m os.FileMode) string {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +39,6 @@ func identityOf(st *unix.Stat_t) identity {
 	}
 }
 
-func formatNanos(ns int64) string { return time.Unix(0, ns).Format(time.RFC3339Nano) }
 
 // lease is a read lease on the source file (fcntl F_SETLEASE): before
 // another process opens the file for writing or truncates it, the kernel

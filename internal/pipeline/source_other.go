@@ -5,7 +5,6 @@ package pipeline
 import (
 	"errors"
 	"os"
-	"time"
 )
 
 // fstat returns the size and modification time of the open file: what
@@ -27,7 +26,6 @@ func statPath(path string) (identity, error) {
 	return identity{size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
 }
 
-func formatNanos(ns int64) string { return time.Unix(0, ns).Format(time.RFC3339Nano) }
 
 // lease is never granted here: file leases are Linux's.
 type lease struct{}

@@ -165,6 +165,8 @@ func (id identity) changeFrom(was identity) string {
 	return ""
 }
 
+func formatNanos(ns int64) string { return time.Unix(0, ns).Format(time.RFC3339Nano) }
+
 // sameFile reports whether id and other are the same file, where the
 // system says.
 func (id identity) sameFile(other identity) bool {
