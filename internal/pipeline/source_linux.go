@@ -39,7 +39,6 @@ func identityOf(st *unix.Stat_t) identity {
 	}
 }
 
-
 // lease is a read lease on the source file (fcntl F_SETLEASE): before
 // another process opens the file for writing or truncates it, the kernel
 // sends this process SIGIO and holds that process off until the lease is

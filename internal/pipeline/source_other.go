@@ -26,7 +26,6 @@ func statPath(path string) (identity, error) {
 	return identity{size: st.Size(), mtime: st.ModTime().UnixNano()}, nil
 }
 
-
 // lease is never granted here: file leases are Linux's.
 type lease struct{}
 
