@@ -366,28 +366,23 @@ func walkBlocks(p *peeker, start, off, size int64, checksum bool, blocks *int) (
 		if err != nil {
 			return 0, 0, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
 		}
-		v := uint32(bh[0]) | uint32(bh[1])<<8 | uint32(bh[2])<<16
-		last = v&1 != 0
-		bsize := int64(v >> 3)
-		if bsize > zstdMaxBlockSize {
-			return 0, 0, notIndexed(fmt.Sprintf("a block of %d bytes at %d, more than %d", bsize, off, zstdMaxBlockSize))
+		h := parseBlockHeader(bh)
+		last = h.last
+		if h.size > zstdMaxBlockSize {
+			return 0, 0, notIndexed(fmt.Sprintf("a block of %d bytes at %d, more than %d", h.size, off, zstdMaxBlockSize))
 		}
-		content := bsize
-		switch v >> 1 & 3 {
-		case 0: // raw
-			most += bsize
-		case 1: // RLE: one byte repeated bsize times
-			content = 1
-			most += bsize
-		case 2: // compressed: decodes to at most 128 KiB
+		switch h.kind {
+		case blockRaw, blockRLE: // RLE: one byte repeated size times
+			most += h.size
+		case blockCompressed: // decodes to at most 128 KiB
 			most += zstdMaxBlockSize
-		case 3:
+		default:
 			return 0, 0, notIndexed(fmt.Sprintf("a reserved block type at %d", off))
 		}
-		if content > size-off-3 {
+		if h.stored() > size-off-3 {
 			return 0, 0, notIndexed(fmt.Sprintf("the frame at %d is cut off", start))
 		}
-		off += 3 + content
+		off += 3 + h.stored()
 	}
 	if checksum {
 		if size-off < 4 {
@@ -396,6 +391,33 @@ func walkBlocks(p *peeker, start, off, size int64, checksum bool, blocks *int) (
 		off += 4
 	}
 	return off, most, nil
+}
+
+// blockHeader is what a block's 3-byte header says (RFC 8878, 3.1.1.2).
+type blockHeader struct {
+	last bool
+	kind uint32 // blockRaw, blockRLE, blockCompressed or reserved (3)
+	size int64  // Block_Size
+}
+
+const (
+	blockRaw        = 0
+	blockRLE        = 1
+	blockCompressed = 2
+)
+
+func parseBlockHeader(b []byte) blockHeader {
+	v := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
+	return blockHeader{last: v&1 != 0, kind: v >> 1 & 3, size: int64(v >> 3)}
+}
+
+// stored returns how many bytes of block content follow the header: one
+// for an RLE block, Block_Size for the others.
+func (h blockHeader) stored() int64 {
+	if h.kind == blockRLE {
+		return 1
+	}
+	return h.size
 }
 
 // frameHeader is what a frame's header says (RFC 8878, 3.1.1.1).

@@ -114,17 +114,13 @@ func (w *windowLimiter) advance() error {
 			w.state = passRest
 			return nil
 		}
-		v := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16
-		content := int64(v >> 3)
-		switch v >> 1 & 3 {
-		case 1: // RLE: one stored byte
-			content = 1
-		case 3: // reserved: the decoder says so
+		h := parseBlockHeader(b)
+		if h.kind > blockCompressed { // reserved: the decoder says so
 			w.state = passRest
 			return nil
 		}
-		w.pass = 3 + content
-		if v&1 != 0 { // the last block
+		w.pass = 3 + h.stored()
+		if h.last {
 			w.state = atFrame
 			if w.checksum {
 				w.state = atChecksum
@@ -217,16 +213,12 @@ func limitWindows(src []byte, limit uint64) {
 			if len(src)-off < 3 {
 				return
 			}
-			v := uint32(src[off]) | uint32(src[off+1])<<8 | uint32(src[off+2])<<16
-			last = v&1 != 0
-			content := int(v >> 3)
-			switch v >> 1 & 3 {
-			case 1:
-				content = 1
-			case 3:
+			h := parseBlockHeader(src[off:])
+			if h.kind > blockCompressed {
 				return
 			}
-			off += 3 + content
+			last = h.last
+			off += 3 + int(h.stored())
 		}
 		if fh.checksum {
 			off += 4
