@@ -26,12 +26,13 @@ type groupDequantized struct {
 	out        *cached
 
 	codes, scales, zeros, gidx Reader
-	cb                         uint64 // bytes per container
-	cpr                        uint64 // code containers per row (row layout)
-	gpr                        uint64 // groups per row (row layout)
-	groups                     uint64 // GPTQ: groups
-	sw, zw                     uint64 // bytes per scale, per unpacked zero
-	zeroInt                    bool   // zero points are integers, not floats
+	cb                         uint64       // bytes per container
+	cpr                        uint64       // code containers per row (row layout)
+	gpr                        uint64       // groups per row (row layout)
+	groups                     uint64       // GPTQ: groups
+	sw, zw                     uint64       // bytes per scale, per unpacked zero
+	zeroInt                    bool         // zero points are integers, not floats
+	values                     [256]float32 // codes of up to 8 bits: the number each stands for
 
 	tables     sync.Once // GPTQ: scales, zeros and g_idx, read whole
 	scaleTable []float32
@@ -94,6 +95,9 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 		return nil, fmt.Errorf("%d elements are too many", n)
 	}
 	g := &groupDequantized{l: l, total: int64(n) * 4, blockSize: blockSize, cb: uint64(l.ContainerBits / 8)}
+	for v := range min(1<<l.Bits, len(g.values)) {
+		g.values[v] = g.value(uint32(v))
+	}
 	if n == 0 {
 		return g, nil
 	}
@@ -236,11 +240,7 @@ func (g *groupDequantized) code(b []byte, slot uint64) float32 {
 		word = binary.LittleEndian.Uint32(b)
 	}
 	bitsPer := uint(g.l.Bits)
-	v := word >> (uint(slot) * bitsPer) & (1<<bitsPer - 1)
-	if g.l.Signed && v&(1<<(bitsPer-1)) != 0 {
-		return float32(int32(v) - 1<<bitsPer)
-	}
-	return float32(v)
+	return g.value(word >> (uint(slot) * bitsPer) & (1<<bitsPer - 1))
 }
 
 // fillRows writes elements [e0, e1) of a row-layout tensor.
@@ -267,10 +267,7 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 		}
 	}
 	shift, mask := uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
-	signBit := uint32(0)
-	if g.l.Signed {
-		signBit = 1 << (shift - 1)
-	}
+	var table [256]uint32
 	// One run per group: its scale and zero point are fixed, its codes
 	// consecutive slots of consecutive containers.
 	for e := e0; e < e1; {
@@ -283,23 +280,86 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 			zero = zeros[gi] + g.l.ZeroOffset
 		}
 		ci, slot := r*g.cpr+c/per-firstC, uint(c%per)
-		word := g.container(codes, ci)
 		dst := out[4*(e-e0) : 4*(end-e0)]
+		e = end
+		if g.l.Bits <= 8 && uint64(len(dst)/4) >= 1<<g.l.Bits {
+			// A run at least as long as the codes' range: each value's
+			// result computed once, the same (q−zero)×scale, then looked up.
+			for v := range 1 << g.l.Bits {
+				table[v] = math.Float32bits((g.values[v] - zero) * scale)
+			}
+			g.lookupRun(dst, codes, ci, slot, &table)
+			continue
+		}
+		word := g.container(codes, ci)
 		for k := 0; k < len(dst); k += 4 {
 			v := word >> (slot * shift) & mask
-			q := float32(v)
-			if v&signBit != 0 {
-				q = float32(int32(v) - int32(mask) - 1)
-			}
-			binary.LittleEndian.PutUint32(dst[k:], math.Float32bits((q-zero)*scale))
+			binary.LittleEndian.PutUint32(dst[k:], math.Float32bits((g.value(v)-zero)*scale))
 			if slot++; slot == uint(per) && k+4 < len(dst) {
 				slot, ci = 0, ci+1
 				word = g.container(codes, ci)
 			}
 		}
-		e = end
 	}
 	return nil
+}
+
+// lookupRun writes the codes of a run through table: len(dst)/4 codes from
+// slot of container ci on. Whole containers of the common layouts (4-bit
+// codes eight to a 32-bit word or two to a byte, 8-bit codes one to a byte)
+// are unpacked without a loop over slots.
+func (g *groupDequantized) lookupRun(dst, codes []byte, ci uint64, slot uint, table *[256]uint32) {
+	per, shift, mask := uint(g.l.PerContainer), uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
+	k := 0
+	if slot != 0 { // the rest of a container the run starts inside
+		word := g.container(codes, ci) >> (slot * shift)
+		for ; slot < per && k < len(dst); slot, k = slot+1, k+4 {
+			binary.LittleEndian.PutUint32(dst[k:], table[uint8(word&mask)])
+			word >>= shift
+		}
+		ci++
+	}
+	pair := func(lo, hi uint8) uint64 { return uint64(table[lo]) | uint64(table[hi])<<32 }
+	switch {
+	case g.cb == 4 && per == 8 && shift == 4:
+		for ; len(dst)-k >= 32; k += 32 {
+			w := binary.LittleEndian.Uint32(codes[4*ci:])
+			d := (*[32]byte)(dst[k:])
+			binary.LittleEndian.PutUint64(d[0:], pair(uint8(w&15), uint8(w>>4&15)))
+			binary.LittleEndian.PutUint64(d[8:], pair(uint8(w>>8&15), uint8(w>>12&15)))
+			binary.LittleEndian.PutUint64(d[16:], pair(uint8(w>>16&15), uint8(w>>20&15)))
+			binary.LittleEndian.PutUint64(d[24:], pair(uint8(w>>24&15), uint8(w>>28)))
+			ci++
+		}
+	case g.cb == 1 && per == 2 && shift == 4:
+		for ; len(dst)-k >= 8; k += 8 {
+			b := codes[ci]
+			binary.LittleEndian.PutUint64(dst[k:], pair(b&15, b>>4))
+			ci++
+		}
+	case g.cb == 1 && per == 1 && shift == 8:
+		for ; len(dst)-k >= 4; k += 4 {
+			binary.LittleEndian.PutUint32(dst[k:], table[codes[ci]])
+			ci++
+		}
+	}
+	for k < len(dst) { // other layouts, and a last partial container
+		word := g.container(codes, ci)
+		for s := uint(0); s < per && k < len(dst); s, k = s+1, k+4 {
+			binary.LittleEndian.PutUint32(dst[k:], table[uint8(word&mask)])
+			word >>= shift
+		}
+		ci++
+	}
+}
+
+// value is the number code v stands for: v itself, or its two's-complement
+// reading for signed codes.
+func (g *groupDequantized) value(v uint32) float32 {
+	if g.l.Signed && v&(1<<(g.l.Bits-1)) != 0 {
+		return float32(int32(v) - 1<<g.l.Bits)
+	}
+	return float32(v)
 }
 
 // container returns container i of b.
@@ -354,6 +414,10 @@ func (g *groupDequantized) loadTables() error {
 				g.tablesErr = fmt.Errorf("zero points: %w", g.tablesErr)
 				return
 			}
+			// Added once here rather than for every element.
+			for i := range g.zeroTable {
+				g.zeroTable[i] += g.l.ZeroOffset
+			}
 		}
 		g.groupOf = make([]uint32, g.rows)
 		if g.gidx == nil {
@@ -393,10 +457,6 @@ func (g *groupDequantized) fillGPTQ(out []byte, e0, e1 uint64) error {
 		return fmt.Errorf("codes: %w", err)
 	}
 	shift, mask := uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
-	signBit := uint32(0)
-	if g.l.Signed {
-		signBit = 1 << (shift - 1)
-	}
 	// Row by row: a row's codes are one slot of a row of containers, its
 	// scales and zero points one row of the tables.
 	for e := e0; e < e1; {
@@ -407,22 +467,30 @@ func (g *groupDequantized) fillGPTQ(out []byte, e0, e1 uint64) error {
 		row := (i/per - firstRow) * g.cols
 		at := uint64(g.groupOf[i]) * g.cols
 		scales := g.scaleTable[at+c0 : at+c1]
-		var zeros []float32
-		if g.zeroTable != nil {
-			zeros = g.zeroTable[at+c0 : at+c1]
-		}
 		dst := out[4*(e-e0) : 4*(e-e0+c1-c0)]
-		for k := range scales {
-			v := g.container(codes, row+c0+uint64(k)) >> slot & mask
-			q := float32(v)
-			if v&signBit != 0 {
-				q = float32(int32(v) - int32(mask) - 1)
+		row32 := codes[(row+c0)*g.cb : (row+c1)*g.cb]
+		switch {
+		case g.zeroTable == nil:
+			for k, s := range scales {
+				v := g.container(row32, uint64(k)) >> slot & mask
+				binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits(g.value(v)*s))
 			}
-			var zero float32
-			if zeros != nil {
-				zero = zeros[k] + g.l.ZeroOffset
+		case g.cb == 4 && g.l.Bits <= 8:
+			// Zero points already hold the offset (loadTables).
+			zeros := g.zeroTable[at+c0 : at+c1]
+			zeros = zeros[:len(scales)]
+			row32 = row32[:4*len(scales)]
+			dst = dst[:4*len(scales)]
+			for k, s := range scales {
+				v := binary.LittleEndian.Uint32(row32[4*k:]) >> slot & mask
+				binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits((g.values[uint8(v)]-zeros[k])*s))
 			}
-			binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits((q-zero)*scales[k]))
+		default:
+			zeros := g.zeroTable[at+c0 : at+c1]
+			for k, s := range scales {
+				v := g.container(row32, uint64(k)) >> slot & mask
+				binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits((g.value(v)-zeros[k])*s))
+			}
 		}
 		e += c1 - c0
 	}

@@ -129,10 +129,17 @@ func randomGroupCases(rng *rand.Rand) []*groupCase {
 	var cases []*groupCase
 	// Row layout: rows of the last dimension, partial groups and
 	// containers at row ends; u8 zero points; 2, 3, 4 and 8 bits.
+	// The larger ones have groups long enough to be dequantized through a
+	// table of their 2^bits results, in each unrolled container layout,
+	// with groups starting inside containers and rows ending inside them.
 	for _, tc := range []struct {
 		rows, cols, group, bits, per, container int
+		signed                                  bool
 	}{
-		{7, 33, 8, 4, 8, 32}, {5, 100, 32, 3, 10, 32}, {3, 64, 64, 2, 16, 32}, {6, 50, 7, 8, 4, 32}, {4, 17, 5, 4, 2, 8}, {1, 1, 1, 4, 8, 32},
+		{7, 33, 8, 4, 8, 32, false}, {5, 100, 32, 3, 10, 32, false}, {3, 64, 64, 2, 16, 32, false}, {6, 50, 7, 8, 4, 32, false},
+		{4, 17, 5, 4, 2, 8, false}, {1, 1, 1, 4, 8, 32, false},
+		{5, 300, 128, 4, 8, 32, false}, {4, 200, 36, 4, 8, 32, true}, {4, 258, 64, 4, 2, 8, false}, {3, 131, 33, 4, 2, 8, true},
+		{3, 600, 300, 8, 1, 8, true}, {3, 520, 260, 8, 4, 32, false}, {2, 1000, 500, 5, 6, 32, true},
 	} {
 		cpr, gpr := (tc.cols+tc.per-1)/tc.per, (tc.cols+tc.group-1)/tc.group
 		var q []uint64
@@ -148,9 +155,9 @@ func randomGroupCases(rng *rand.Rand) []*groupCase {
 			zeros[i] = byte(rng.Intn(1 << tc.bits))
 		}
 		cases = append(cases, &groupCase{
-			name:  fmt.Sprintf("rows %dx%d g%d b%d %d/%d", tc.rows, tc.cols, tc.group, tc.bits, tc.per, tc.container),
+			name:  fmt.Sprintf("rows %dx%d g%d b%d %d/%d signed=%v", tc.rows, tc.cols, tc.group, tc.bits, tc.per, tc.container, tc.signed),
 			shape: []uint64{uint64(tc.rows), uint64(tc.cols)},
-			l: formats.GroupQuantized{Bits: tc.bits, RowLength: uint64(tc.cols), GroupSize: uint64(tc.group), Codes: "packed_weight",
+			l: formats.GroupQuantized{Bits: tc.bits, Signed: tc.signed, RowLength: uint64(tc.cols), GroupSize: uint64(tc.group), Codes: "packed_weight",
 				ContainerBits: tc.container, PerContainer: tc.per, Scales: "scales", ScaleDType: formats.F16, Zeros: "zeros", ZeroDType: formats.U8},
 			comps:  map[string][]byte{"packed_weight": pack(q, tc.bits, tc.per, tc.container), "scales": scales(tc.rows * gpr), "zeros": zeros},
 			dtypes: map[string]formats.DType{"scales": formats.F16, "zeros": formats.U8},
@@ -226,20 +233,23 @@ func TestGroupDequantized(t *testing.T) {
 		tensors[i] = c.tensor(&b)
 	}
 	src := b.open(t)
-	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p := newTestPipeline(t, src, Options{BlockSize: 256})
-			r, err := p.NPY(tensors[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := mustReadAll(t, r)
-			want := c.reference()
-			if !bytes.Equal(got[len(got)-len(want):], want) {
-				t.Fatal("dequantized values differ from the reference")
-			}
-			checkRandomReads(t, r, got, int64(i))
-		})
+	// Small blocks cut groups into short runs; larger ones keep them whole.
+	for _, blockSize := range []int64{256, 4096} {
+		for i, c := range cases {
+			t.Run(fmt.Sprintf("%s block %d", c.name, blockSize), func(t *testing.T) {
+				p := newTestPipeline(t, src, Options{BlockSize: blockSize})
+				r, err := p.NPY(tensors[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := mustReadAll(t, r)
+				want := c.reference()
+				if !bytes.Equal(got[len(got)-len(want):], want) {
+					t.Fatal("dequantized values differ from the reference")
+				}
+				checkRandomReads(t, r, got, int64(i))
+			})
+		}
 	}
 }
 
