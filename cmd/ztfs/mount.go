@@ -147,6 +147,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	}
 	logf = dedupLogf(logger) // before the mount serves: no reader sees the change
 	boundMemory(int64(f.cacheSize))
+	widenProcs()
 	abs, _ := filepath.Abs(source)
 	var debugLog *log.Logger
 	if f.debug {
@@ -207,6 +208,21 @@ func boundMemory(cacheSize int64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + pipeline.HeldBudget(cacheSize) + serverOverhead)
+}
+
+// widenProcs runs Go code on twice as many threads as there are cores,
+// unless GOMAXPROCS is set. The FUSE request goroutines spend much of their
+// time in blocking reads and writes of /dev/fuse, and a goroutine in a
+// system call keeps its processor until the runtime's monitor takes it back
+// (tens of microseconds or more), while a decoded block's waiter is ready
+// to run. On 2 cores, 4 rather than 2 read a 128 KiB-frame zstd component
+// 800 -> 946 MB/s (median of 5 paired runs), two readers 781 -> 942 MB/s,
+// a q4 tensor.npy 1386 -> 1523 MB/s; raw reads were unchanged.
+func widenProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
 }
 
 // checkMountpoint refuses a mountpoint that is not a directory or that
