@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Key names one block: the stream it belongs to and its index in it.
@@ -17,10 +18,14 @@ type Key struct {
 }
 
 // Cache is a byte-bounded LRU of immutable blocks. Blocks handed out must not
-// be modified; an evicted block stays valid for readers that still hold it.
+// be modified, and are only valid while their reader holds a Pin taken
+// before it obtained them: the memory of an evicted block is reused (Alloc).
+// A block handed to the cache belongs to it; its producer keeps no
+// reference to it.
 type Cache struct {
 	capacity int64
 	streams  atomic.Uint64
+	recycle  *recycler
 
 	mu       sync.Mutex
 	used     int64
@@ -47,6 +52,7 @@ type call struct {
 func New(capacity int64) *Cache {
 	return &Cache{
 		capacity: capacity,
+		recycle:  newRecycler(capacity),
 		order:    list.New(),
 		entries:  make(map[Key]*list.Element),
 		inflight: make(map[Key]*call),
@@ -58,6 +64,16 @@ func (c *Cache) NewStream() uint64 { return c.streams.Add(1) }
 
 // Capacity returns the bound given to New.
 func (c *Cache) Capacity() int64 { return c.capacity }
+
+// Pin keeps the blocks obtained from the cache from now on valid until the
+// pin's Unpin.
+func (c *Cache) Pin() Pin { return c.recycle.pin() }
+
+// Alloc returns n bytes for a block that its caller fills entirely and hands
+// to the cache (from Get's fill, or by Put): the memory of an evicted block
+// that no reader can still see when one of that size is free, else new
+// memory. Its contents are undefined.
+func (c *Cache) Alloc(n int) []byte { return c.recycle.alloc(n) }
 
 // Get returns the block for key, calling fill to produce it on a miss.
 // Concurrent Gets of a missing key call fill once and all receive its
@@ -130,6 +146,9 @@ func (c *Cache) insertLocked(key Key, data []byte) {
 	if el, ok := c.entries[key]; ok {
 		old := el.Value.(*entry)
 		c.used += size - int64(cap(old.data))
+		if unsafe.SliceData(old.data) != unsafe.SliceData(data) {
+			c.recycle.retire(old.data)
+		}
 		old.data = data
 		c.order.MoveToFront(el)
 	} else {
@@ -143,6 +162,7 @@ func (c *Cache) insertLocked(key Key, data []byte) {
 		delete(c.entries, e.key)
 		c.used -= int64(cap(e.data))
 		c.evictions.Add(1)
+		c.recycle.retire(e.data)
 	}
 }
 
@@ -155,6 +175,7 @@ func (c *Cache) Drop(stream uint64) {
 			c.order.Remove(el)
 			delete(c.entries, key)
 			c.used -= int64(cap(el.Value.(*entry).data))
+			c.recycle.retire(el.Value.(*entry).data)
 		}
 	}
 }
@@ -174,14 +195,19 @@ type Stats struct {
 	Used, Capacity          int64
 	Blocks                  int
 	Hits, Misses, Evictions int64
+	// Reused counts the blocks allocated in the memory of evicted ones.
+	Reused int64
 }
 
 // Stats returns the current counters.
 func (c *Cache) Stats() Stats {
+	c.recycle.mu.Lock()
+	reused := c.recycle.reused
+	c.recycle.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Stats{
 		Used: c.used, Capacity: c.capacity, Blocks: len(c.entries),
-		Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(), Reused: reused,
 	}
 }

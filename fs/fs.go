@@ -218,13 +218,43 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	}
 	// Slices go to the kernel in one writev: one copy, none here. (A plain
 	// data result would be copied into a pipe and spliced: two more.)
-	slices, err := pipeline.ReadSlices(r, off, n, dest)
+	slices, release, err := pipeline.ReadSlices(r, off, n, dest)
 	if err != nil {
 		f.opts.Logf("%s: read of %d bytes at %d: %v", f.Path(nil), n, off, err)
 		return nil, syscall.EIO
 	}
-	return fuse.ReadResultVector(slices), 0
+	return &lentRead{slices: slices, release: release}, 0
 }
+
+// lentRead is a reply of slices lent by the pipeline, which go-fuse writes
+// to the kernel in one writev (it does so for any reply with a Slices
+// method, as for its own ReadResultVector) and then calls Done: only then
+// may the blocks' memory be reused.
+type lentRead struct {
+	slices  [][]byte
+	release func()
+}
+
+func (r *lentRead) Slices() ([][]byte, fuse.Status) { return r.slices, fuse.OK }
+
+// Bytes joins the slices when go-fuse cannot write them as they are.
+func (r *lentRead) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, s := range r.slices {
+		buf = append(buf, s...)
+	}
+	return buf, fuse.OK
+}
+
+func (r *lentRead) Size() int {
+	n := 0
+	for _, s := range r.slices {
+		n += len(s)
+	}
+	return n
+}
+
+func (r *lentRead) Done() { r.release() }
 
 // splicedRead is a reply that go-fuse splices from the source file, and
 // that tells the source when the kernel has its bytes: go-fuse calls Done

@@ -119,9 +119,9 @@ func TestStress(t *testing.T) {
 
 	m.unmount(t)
 	left := settledGoroutines(goroutines)
-	t.Logf("stress: %d readers, %v, %d reads, %.1f MiB checked in %d files of %.1f MiB, cache %d KiB: %d hits, %d misses, %d evictions",
+	t.Logf("stress: %d readers, %v, %d reads, %.1f MiB checked in %d files of %.1f MiB, cache %d KiB: %d hits, %d misses, %d evictions, %d blocks in reused memory",
 		stressReaders, elapsed.Round(time.Millisecond), run.reads.Load(), float64(run.bytes.Load())/(1<<20),
-		len(files), float64(totalSize(files))/(1<<20), stressCache>>10, stats.Hits, stats.Misses, stats.Evictions)
+		len(files), float64(totalSize(files))/(1<<20), stressCache>>10, stats.Hits, stats.Misses, stats.Evictions, stats.Reused)
 	t.Logf("stress: heap %.1f MiB early, %.1f MiB at the end; peak RSS %s; goroutines %d before the mount, %d after the unmount",
 		float64(early)/(1<<20), float64(late)/(1<<20), peakRSS(), goroutines, left)
 	if left > goroutines {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ztfs/ztfs/cache"
 	ztfs "github.com/ztfs/ztfs/fs"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
@@ -197,8 +198,8 @@ const serverOverhead = 64 << 20
 
 // boundMemory asks the Go runtime to collect garbage early enough that the
 // server stays near what it holds after opening the container (the index
-// and tree) plus its cache, what it may decode ahead of readers and a
-// working margin, rather than letting the
+// and tree) plus its cache, what it may decode ahead of readers, the
+// evicted blocks kept for reuse and a working margin, rather than letting the
 // heap grow to twice the live cache between collections. GOMEMLIMIT in the
 // environment takes precedence.
 func boundMemory(cacheSize int64) {
@@ -207,7 +208,7 @@ func boundMemory(cacheSize int64) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + pipeline.HeldBudget(cacheSize) + serverOverhead)
+	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + pipeline.HeldBudget(cacheSize) + cache.RecycleBudget(cacheSize) + serverOverhead)
 }
 
 // widenProcs runs Go code on twice as many threads as there are cores,

@@ -75,9 +75,11 @@ func readSequential(b *testing.B, r Reader) {
 	}
 	buf := make([]byte, 128<<10)
 	for off := int64(0); off < size; off += int64(len(buf)) {
-		if _, err := ReadSlices(r, off, min(int64(len(buf)), size-off), buf); err != nil {
+		_, release, err := ReadSlices(r, off, min(int64(len(buf)), size-off), buf)
+		if err != nil {
 			b.Fatal(err)
 		}
+		release()
 	}
 }
 

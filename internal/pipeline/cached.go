@@ -31,6 +31,16 @@ func (c *cached) Size() (int64, error) { return c.src.size() }
 
 func (c *cached) key(k int64) cache.Key { return cache.Key{Stream: c.stream, Block: k} }
 
+// alloc returns memory for a block of n bytes that the caller fills
+// entirely before it goes to the cache: an evicted block's when one is free
+// (cache.Alloc), so its contents are undefined.
+func (c *cached) alloc(n int64) []byte {
+	if c == nil {
+		return make([]byte, n)
+	}
+	return c.cache.Alloc(int(n))
+}
+
 // sizedSource is a blockSource whose blocks may be smaller than the
 // pipeline's, which it knows once it has looked at its data.
 type sizedSource interface {
@@ -68,6 +78,8 @@ func (c *cached) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	n, eof := clamp(p, off, size)
+	pin := c.cache.Pin()
+	defer pin.Unpin()
 	done := 0
 	err = c.blocks(off, int64(n), size, func(b []byte) { done += copy(p[done:n], b) })
 	if err != nil {
@@ -76,22 +88,27 @@ func (c *cached) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
-// ReadSlices lends the cached blocks themselves: no copy at all.
-func (c *cached) ReadSlices(off, n int64, _ []byte) ([][]byte, error) {
+// ReadSlices lends the cached blocks themselves, pinned until release: no
+// copy at all.
+func (c *cached) ReadSlices(off, n int64, _ []byte) ([][]byte, func(), error) {
 	size, err := c.src.size()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if off < 0 || n < 0 || off > size || n > size-off {
-		return nil, fmt.Errorf("slice [%d, +%d) outside the %d-byte stream", off, n, size)
+		return nil, nil, fmt.Errorf("slice [%d, +%d) outside the %d-byte stream", off, n, size)
 	}
+	pin := c.cache.Pin()
 	var out [][]byte
-	err = c.blocks(off, n, size, func(b []byte) { out = append(out, b) })
-	return out, err
+	if err := c.blocks(off, n, size, func(b []byte) { out = append(out, b) }); err != nil {
+		pin.Unpin()
+		return nil, nil, err
+	}
+	return out, pin.Unpin, nil
 }
 
 // blocks calls visit with the parts of the decoded blocks that hold the n
-// bytes at off, in order.
+// bytes at off, in order. The caller holds a pin of the cache.
 func (c *cached) blocks(off, n, size int64, visit func([]byte)) error {
 	bs := c.bs()
 	for end := off + n; off < end; {

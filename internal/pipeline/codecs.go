@@ -200,7 +200,7 @@ func (s *sequential) block(k int64) ([]byte, error) {
 		if !aligned {
 			n = min(n, s.blockSize-s.pos%s.blockSize)
 		}
-		buf := make([]byte, n)
+		buf := s.out.alloc(n)
 		if _, err := io.ReadFull(s.dec, buf); err != nil {
 			s.dec = nil
 			if errors.Is(err, io.EOF) {

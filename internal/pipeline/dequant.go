@@ -83,7 +83,7 @@ func (d *dequantized) block(k int64) ([]byte, error) {
 	if k < 0 || k*d.blockSize >= d.total {
 		return nil, fmt.Errorf("dequantized block %d out of range", k)
 	}
-	out := make([]byte, min(d.blockSize, d.total-k*d.blockSize))
+	out := d.out.alloc(min(d.blockSize, d.total-k*d.blockSize))
 	// blockSize is a multiple of 16, so blocks hold whole float32 values.
 	e0 := uint64(k * d.blockSize / 4)
 	if err := d.fill(out, e0, e0+uint64(len(out)/4)); err != nil {

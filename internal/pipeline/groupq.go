@@ -216,7 +216,7 @@ func (g *groupDequantized) block(k int64) ([]byte, error) {
 	if k < 0 || k*g.blockSize >= g.total {
 		return nil, fmt.Errorf("dequantized block %d out of range", k)
 	}
-	out := make([]byte, min(g.blockSize, g.total-k*g.blockSize))
+	out := g.out.alloc(min(g.blockSize, g.total-k*g.blockSize))
 	e0 := uint64(k * g.blockSize / 4)
 	e1 := e0 + uint64(len(out)/4)
 	var err error

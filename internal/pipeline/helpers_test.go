@@ -135,10 +135,11 @@ func checkRandomReads(t *testing.T, r Reader, want []byte, seed int64) {
 			t.Fatalf("ReadAt(%d bytes at %d): wrong bytes", n, off)
 		}
 		if wantN > 0 {
-			slices, err := ReadSlices(r, off, wantN, nil)
+			slices, release, err := ReadSlices(r, off, wantN, nil)
 			if err != nil || !bytes.Equal(bytes.Join(slices, nil), want[off:off+wantN]) {
 				t.Fatalf("ReadSlices(%d bytes at %d): %v", wantN, off, err)
 			}
+			release()
 		}
 	}
 }

@@ -448,9 +448,9 @@ func (e exactSize) ReadAt(p []byte, off int64) (int, error) {
 	return e.r.ReadAt(p, off)
 }
 
-func (e exactSize) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
+func (e exactSize) ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error) {
 	if _, err := e.Size(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return ReadSlices(e.r, off, n, buf)
 }
@@ -487,9 +487,9 @@ func (c *contextual) ReadAt(p []byte, off int64) (int, error) {
 	return n, c.wrap(err)
 }
 
-func (c *contextual) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
-	s, err := ReadSlices(c.r, off, n, buf)
-	return s, c.wrap(err)
+func (c *contextual) ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error) {
+	s, release, err := ReadSlices(c.r, off, n, buf)
+	return s, release, c.wrap(err)
 }
 
 func (c *contextual) FileSpan(off, n int64) (Span, bool) {

@@ -414,10 +414,11 @@ func TestReadSlicesUsesCallersBuffer(t *testing.T) {
 	p := newTestPipeline(t, b.open(t), Options{})
 	r := p.Component(&formats.Tensor{Name: "raw"}, rawComponent("data", formats.U8, off, data))
 	buf := make([]byte, 8192)
-	slices, err := ReadSlices(r, 100, 4096, buf)
+	slices, release, err := ReadSlices(r, 100, 4096, buf)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer release()
 	if len(slices) != 1 || &slices[0][0] != &buf[0] || !bytes.Equal(slices[0], data[100:4196]) {
 		t.Errorf("got %d slices, not the caller's buffer or not the bytes", len(slices))
 	}

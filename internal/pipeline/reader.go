@@ -49,11 +49,16 @@ func (s Span) Release() {
 // slices to the kernel in one writev.
 type Slicer interface {
 	// ReadSlices returns the n bytes at off, which must lie within the
-	// stream, as a list of slices the caller must not modify. Bytes that
+	// stream, as a list of slices the caller must not modify, and the
+	// function to call once it is done with them: until then they stay
+	// unchanged (their memory is not reused for other blocks). Bytes that
 	// cannot be lent are read into buf when it is large enough (it may be
-	// nil), else into new memory.
-	ReadSlices(off, n int64, buf []byte) ([][]byte, error)
+	// nil), else into new memory. On error there is nothing to release.
+	ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error)
 }
+
+// noRelease is the release of slices that borrow nothing.
+func noRelease() {}
 
 // clamp limits a read of len(p) bytes at off to a stream of the given size.
 // It returns the byte count to read and io.EOF if the read is cut short.
@@ -159,9 +164,9 @@ func (v *verified) Size() (int64, error) {
 	return n, err
 }
 
-func (v *verified) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
+func (v *verified) ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error) {
 	if err := v.verdict.get(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return ReadSlices(v.inner, off, n, buf)
 }
@@ -219,7 +224,7 @@ func (c *concat) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
-func (c *concat) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
+func (c *concat) ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error) {
 	var out [][]byte
 	if off < int64(len(c.prefix)) {
 		head := c.prefix[off:min(int64(len(c.prefix)), off+n)]
@@ -227,10 +232,13 @@ func (c *concat) ReadSlices(off, n int64, buf []byte) ([][]byte, error) {
 		off, n = off+int64(len(head)), n-int64(len(head))
 	}
 	if n == 0 {
-		return out, nil
+		return out, noRelease, nil
 	}
-	body, err := ReadSlices(c.body, off-int64(len(c.prefix)), n, buf)
-	return append(out, body...), err
+	body, release, err := ReadSlices(c.body, off-int64(len(c.prefix)), n, buf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(out, body...), release, nil
 }
 
 func (c *concat) FileSpan(off, n int64) (Span, bool) {
@@ -255,8 +263,9 @@ func readFull(r Reader, p []byte, off int64) error {
 }
 
 // ReadSlices returns the n bytes of r at off as slices: lent by r when it
-// can, else read into buf, or into a new buffer if buf is too small.
-func ReadSlices(r Reader, off, n int64, buf []byte) ([][]byte, error) {
+// can, else read into buf, or into a new buffer if buf is too small. The
+// caller calls release once done with the slices (see Slicer).
+func ReadSlices(r Reader, off, n int64, buf []byte) (slices [][]byte, release func(), err error) {
 	if s, ok := r.(Slicer); ok {
 		return s.ReadSlices(off, n, buf)
 	}
@@ -264,7 +273,7 @@ func ReadSlices(r Reader, off, n int64, buf []byte) ([][]byte, error) {
 		buf = make([]byte, n)
 	}
 	if err := readFull(r, buf[:n], off); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return [][]byte{buf[:n]}, nil
+	return [][]byte{buf[:n]}, noRelease, nil
 }

@@ -370,7 +370,7 @@ func (z *zstdStream) next(c *cursor) ([]byte, error) {
 			return nil, err
 		}
 	}
-	buf := make([]byte, z.blockSize)
+	buf := z.out.alloc(z.blockSize)
 	n, err := readUntilEnd(c.dec, buf)
 	if err != nil {
 		c.restart = true

@@ -851,7 +851,7 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	}
 	var out []byte
 	if k1-k0 == 1 {
-		out = make([]byte, end-start, end-start+decodeSlack) // the block itself
+		out = f.z.out.alloc(end - start + decodeSlack)[:end-start] // the block itself
 	} else {
 		out = getBuffer(end - start + decodeSlack)[:end-start]
 		defer putBuffer(out)
@@ -890,7 +890,7 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	blocks := make([][]byte, k1-k0)
 	for b := range blocks {
 		from := int64(b) * f.bs
-		blocks[b] = make([]byte, min(f.bs, int64(len(out))-from))
+		blocks[b] = f.z.out.alloc(min(f.bs, int64(len(out))-from))
 		copy(blocks[b], out[from:])
 	}
 	return blocks, nil
