@@ -140,7 +140,9 @@ func (c *Cache) Put(key Key, data []byte) {
 
 func (c *Cache) insertLocked(key Key, data []byte) {
 	size := int64(cap(data))
-	if size > c.capacity {
+	if size > c.capacity || c.recycle.isRetired(data) {
+		// A block evicted while its fill ran stays out: its memory is
+		// about to be reused (its reader holds a pin meanwhile).
 		return
 	}
 	if el, ok := c.entries[key]; ok {

@@ -1,6 +1,9 @@
 package cache
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // minRecycled is the smallest block whose memory is reused: below it, a
 // new allocation costs less than the bookkeeping.
@@ -39,13 +42,17 @@ type recycler struct {
 	pinned [2]int      // pins held, by epoch parity
 	limbo  [2][][]byte // evicted blocks, by the parity of their epoch
 	free   map[int][][]byte
-	held   int64 // bytes in limbo and free
-	budget int64
-	reused int64 // allocations served from freed blocks
+	// retired holds the blocks in limbo and free: a fill may return a block
+	// it found in the cache after it was evicted, and the cache must not
+	// take it back.
+	retired map[*byte]struct{}
+	held    int64 // bytes in limbo and free
+	budget  int64
+	reused  int64 // allocations served from freed blocks
 }
 
 func newRecycler(capacity int64) *recycler {
-	return &recycler{free: make(map[int][][]byte), budget: RecycleBudget(capacity)}
+	return &recycler{free: make(map[int][][]byte), retired: make(map[*byte]struct{}), budget: RecycleBudget(capacity)}
 }
 
 func (r *recycler) pin() Pin {
@@ -74,9 +81,25 @@ func (r *recycler) retire(b []byte) {
 	if r.held+size > r.budget {
 		return
 	}
+	p := unsafe.SliceData(b)
+	if _, ok := r.retired[p]; ok {
+		return
+	}
+	r.retired[p] = struct{}{}
 	r.limbo[r.epoch&1] = append(r.limbo[r.epoch&1], b[:0])
 	r.held += size
 	r.advanceLocked()
+}
+
+// isRetired reports whether b's memory waits for reuse.
+func (r *recycler) isRetired(b []byte) bool {
+	if cap(b) < minRecycled {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.retired[unsafe.SliceData(b)]
+	return ok
 }
 
 // advanceLocked moves to the next epoch if no pin of the previous one is
@@ -104,6 +127,7 @@ func (r *recycler) alloc(n int) []byte {
 			r.free[n] = list[:len(list)-1]
 			r.held -= int64(n)
 			r.reused++
+			delete(r.retired, unsafe.SliceData(b))
 			r.mu.Unlock()
 			return b[:n]
 		}

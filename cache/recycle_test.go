@@ -149,3 +149,36 @@ func TestRecycleUnderContinuousPins(t *testing.T) {
 		t.Error("no memory reused while pins overlapped")
 	}
 }
+
+// A fill may return a block it found in the cache (Peek, or a block a
+// decode-ahead Put), which can be evicted before the fill's result is
+// stored: that memory waits for reuse and must not go back in the cache.
+func TestRetiredBlockNotStoredAgain(t *testing.T) {
+	c := New(16 * testBlock)
+	s := c.NewStream()
+	k := Key{Stream: s, Block: 0}
+	pin := c.Pin()
+	_, err := c.Get(k, func() ([]byte, error) {
+		b := filled(c, k)
+		c.Put(k, b)
+		// Evicted while this fill runs.
+		for j := int64(1); j <= 16; j++ {
+			c.Put(Key{Stream: s, Block: j}, filled(c, Key{Stream: s, Block: j}))
+		}
+		return b, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin.Unpin()
+	for i := 0; i < 4; i++ {
+		c.Pin().Unpin()
+	}
+	if cached, ok := c.Peek(k); ok {
+		for i := 0; i < 16; i++ {
+			if unsafe.SliceData(c.Alloc(testBlock)) == unsafe.SliceData(cached) {
+				t.Fatal("a cached block's memory was handed out for another block")
+			}
+		}
+	}
+}
