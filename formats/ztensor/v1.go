@@ -121,35 +121,46 @@ func parseV11Object(name string, v any, blobEnd uint64) (*object, error) {
 		return nil, err
 	}
 	o := &object{name: name}
-	if o.shape, err = rec.shape("shape"); err != nil {
+	if err := o.parseCommon(rec, blobEnd, parseV11Component); err != nil {
 		return nil, err
+	}
+	return o, nil
+}
+
+// parseCommon reads what v1.0 and v1.1 objects share: shape, format,
+// attributes and the components, each parsed by parse and checked against
+// the blob's end, in a stable order.
+func (o *object) parseCommon(rec record, blobEnd uint64, parse func(role string, v any) (*comp, error)) error {
+	var err error
+	if o.shape, err = rec.shape("shape"); err != nil {
+		return err
 	}
 	if o.format, _, err = rec.text("format", true); err != nil {
-		return nil, err
+		return err
 	}
 	if o.attrs, err = rec.attributes("attributes"); err != nil {
-		return nil, err
+		return err
 	}
 	comps, err := rec.mapField("components", true)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for k, cv := range comps {
 		role, ok := k.(string)
 		if !ok {
-			return nil, fmt.Errorf("component name %s is not text", cborjson.Key(k))
+			return fmt.Errorf("component name %s is not text", cborjson.Key(k))
 		}
-		c, err := parseV11Component(role, cv)
+		c, err := parse(role, cv)
 		if err == nil {
 			err = c.checkBounds(blobEnd)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("component %q: %w", role, err)
+			return fmt.Errorf("component %q: %w", role, err)
 		}
 		o.comps = append(o.comps, c)
 	}
 	sortComps(o.comps)
-	return o, nil
+	return nil
 }
 
 func parseV11Component(role string, v any) (*comp, error) {

@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
 // v1.0 files end in the manifest size alone; what lies before must be
@@ -79,38 +78,16 @@ func parseV10Tensor(name string, v any, blobEnd uint64) (*object, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.shape, err = rec.shape("shape"); err != nil {
+	if err := o.parseCommon(rec, blobEnd, parseV10Component); err != nil {
 		return nil, err
 	}
-	if o.format, _, err = rec.text("format", true); err != nil {
-		return nil, err
-	}
-	if o.attrs, err = rec.attributes("attributes"); err != nil {
-		return nil, err
-	}
-	comps, err := rec.mapField("components", true)
-	if err != nil {
-		return nil, err
-	}
-	for k, cv := range comps {
-		role, ok := k.(string)
-		if !ok {
-			return nil, fmt.Errorf("component name %s is not text", cborjson.Key(k))
-		}
-		c, err := parseV10Component(role, cv)
-		if err == nil {
-			err = c.checkBounds(blobEnd)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("component %q: %w", role, err)
-		}
+	// v1.0 gives one dtype per tensor; its index components are u64.
+	for _, c := range o.comps {
 		c.dtype = dtype
-		if indexRoles[role] {
+		if indexRoles[c.role] {
 			c.dtype = "u64"
 		}
-		o.comps = append(o.comps, c)
 	}
-	sortComps(o.comps)
 	return o, nil
 }
 
