@@ -46,6 +46,9 @@ type call struct {
 	done chan struct{}
 	data []byte
 	err  error
+	// retired is set when data had been evicted, and its memory set aside
+	// for reuse, before the fill returned it: only the filler may use it.
+	retired bool
 }
 
 // New returns a cache holding at most capacity bytes of blocks.
@@ -80,17 +83,27 @@ func (c *Cache) Alloc(n int) []byte { return c.recycle.alloc(n) }
 // result. Errors are returned to every waiter and not cached.
 func (c *Cache) Get(key Key, fill func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
-	if el, ok := c.entries[key]; ok {
-		c.order.MoveToFront(el)
-		data := el.Value.(*entry).data
-		c.mu.Unlock()
-		c.hits.Add(1)
-		return data, nil
-	}
-	if cl, ok := c.inflight[key]; ok {
+	for {
+		if el, ok := c.entries[key]; ok {
+			c.order.MoveToFront(el)
+			data := el.Value.(*entry).data
+			c.mu.Unlock()
+			c.hits.Add(1)
+			return data, nil
+		}
+		cl, ok := c.inflight[key]
+		if !ok {
+			break
+		}
 		c.mu.Unlock()
 		<-cl.done
-		return cl.data, cl.err
+		if !cl.retired {
+			return cl.data, cl.err
+		}
+		// The fill's block was evicted, perhaps before this waiter's pin:
+		// its memory may be reused once the filler is done, so this waiter
+		// looks again under its own pin.
+		c.mu.Lock()
 	}
 	cl := &call{done: make(chan struct{})}
 	c.inflight[key] = cl
@@ -107,7 +120,7 @@ func (c *Cache) Get(key Key, fill func() ([]byte, error)) ([]byte, error) {
 		c.mu.Lock()
 		delete(c.inflight, key)
 		if cl.err == nil {
-			c.insertLocked(key, cl.data)
+			cl.retired = !c.insertLocked(key, cl.data)
 		}
 		c.mu.Unlock()
 		close(cl.done)
@@ -138,12 +151,17 @@ func (c *Cache) Put(key Key, data []byte) {
 	c.insertLocked(key, data)
 }
 
-func (c *Cache) insertLocked(key Key, data []byte) {
+// insertLocked stores data under key; it reports false when data's memory
+// waits for reuse and so was left out.
+func (c *Cache) insertLocked(key Key, data []byte) bool {
 	size := int64(cap(data))
-	if size > c.capacity || c.recycle.isRetired(data) {
+	if c.recycle.isRetired(data) {
 		// A block evicted while its fill ran stays out: its memory is
 		// about to be reused (its reader holds a pin meanwhile).
-		return
+		return false
+	}
+	if size > c.capacity {
+		return true
 	}
 	if el, ok := c.entries[key]; ok {
 		old := el.Value.(*entry)
@@ -166,6 +184,7 @@ func (c *Cache) insertLocked(key Key, data []byte) {
 		c.evictions.Add(1)
 		c.recycle.retire(e.data)
 	}
+	return true
 }
 
 // Drop removes every block of stream, e.g. when its source changed.

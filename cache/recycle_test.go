@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -181,4 +182,54 @@ func TestRetiredBlockNotStoredAgain(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A reader that waits for another's fill pins after the block it will get
+// may have been evicted; that block's memory is reused once the filler is
+// done, so the waiter must not be handed it.
+func TestWaiterNotHandedRetiredBlock(t *testing.T) {
+	c := New(16 * testBlock)
+	s := c.NewStream()
+	k := Key{Stream: s, Block: 0}
+	evicted, waiting, waiterDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var got []byte
+	var waiterPin Pin
+	go func() {
+		defer close(waiterDone)
+		<-evicted
+		waiterPin = c.Pin() // after the block left the cache
+		close(waiting)
+		var err error
+		got, err = c.Get(k, func() ([]byte, error) { return filled(c, k), nil })
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	fillerPin := c.Pin()
+	_, err := c.Get(k, func() ([]byte, error) {
+		b := filled(c, k)
+		c.Put(k, b) // as a group decode puts the block it returns
+		for j := int64(1); j <= 16; j++ {
+			c.Put(Key{Stream: s, Block: j}, filled(c, Key{Stream: s, Block: j}))
+		}
+		close(evicted)
+		<-waiting
+		time.Sleep(50 * time.Millisecond) // the waiter waits for this fill
+		return b, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-waiterDone
+	fillerPin.Unpin()
+	want := append([]byte(nil), got...)
+	for i := 0; i < 16; i++ {
+		if b := c.Alloc(testBlock); unsafe.SliceData(b) == unsafe.SliceData(got) {
+			pattern(b, Key{Stream: 99, Block: 99})
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("a block handed to a pinned waiter changed: its memory was reused")
+	}
+	waiterPin.Unpin()
 }

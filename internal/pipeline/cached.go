@@ -99,11 +99,20 @@ func (c *cached) ReadSlices(off, n int64, _ []byte) ([][]byte, func(), error) {
 		return nil, nil, fmt.Errorf("slice [%d, +%d) outside the %d-byte stream", off, n, size)
 	}
 	pin := c.cache.Pin()
+	lent := false
+	defer func() {
+		// Released on errors and on a decoder's panic (go-fuse answers
+		// it with EIO and serves on): a pin held forever would stop
+		// every reuse.
+		if !lent {
+			pin.Unpin()
+		}
+	}()
 	var out [][]byte
 	if err := c.blocks(off, n, size, func(b []byte) { out = append(out, b) }); err != nil {
-		pin.Unpin()
 		return nil, nil, err
 	}
+	lent = true
 	return out, pin.Unpin, nil
 }
 

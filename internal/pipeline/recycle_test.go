@@ -124,3 +124,52 @@ func smoothBytes(n int, seed int64) []byte {
 	}
 	return out
 }
+
+// panickingSource is a block source whose block k panics, as a decoder bug
+// would; its other blocks take memory from the cache.
+type panickingSource struct {
+	c       *cache.Cache
+	blocks  int64
+	panicAt int64
+}
+
+const panicBlock = 64 << 10
+
+func (s *panickingSource) size() (int64, error) { return s.blocks * panicBlock, nil }
+
+func (s *panickingSource) block(k int64) ([]byte, error) {
+	if k == s.panicAt {
+		panic("decoder bug")
+	}
+	b := s.c.Alloc(panicBlock)
+	for i := range b {
+		b[i] = byte(k)
+	}
+	return b, nil
+}
+
+// A decoder's panic inside ReadSlices (go-fuse answers EIO and serves on)
+// must release its pin, or no evicted block's memory is reused again.
+func TestPanicInReadSlicesReleasesPin(t *testing.T) {
+	c := cache.New(16 * panicBlock)
+	src := &panickingSource{c: c, blocks: 64, panicAt: 63}
+	r := newCached(c, panicBlock, src)
+	func() {
+		defer func() { recover() }()
+		r.ReadSlices(63*panicBlock, 1, nil)
+		t.Fatal("no panic")
+	}()
+	src.panicAt = -1
+	before := c.Stats().Reused
+	buf := make([]byte, panicBlock)
+	for pass := 0; pass < 4; pass++ {
+		for k := int64(0); k < 64; k++ {
+			if _, err := r.ReadAt(buf, k*panicBlock); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c.Stats().Reused == before {
+		t.Error("no memory reused after a panic inside ReadSlices: its pin was never released")
+	}
+}
