@@ -78,7 +78,7 @@ func (r *recycler) retire(b []byte) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.held+size > r.budget {
+	if r.held+size > r.budget && !r.makeRoomLocked(size) {
 		return
 	}
 	p := unsafe.SliceData(b)
@@ -89,6 +89,34 @@ func (r *recycler) retire(b []byte) {
 	r.limbo[r.epoch&1] = append(r.limbo[r.epoch&1], b[:0])
 	r.held += size
 	r.advanceLocked()
+}
+
+// makeRoomLocked drops free blocks of other sizes than size until size
+// more bytes fit the budget: a stream's last, shorter block is rarely asked
+// for again, and would otherwise hold the budget for good. It reports
+// whether they fit.
+func (r *recycler) makeRoomLocked(size int64) bool {
+	for c, list := range r.free {
+		if int64(c) == size {
+			continue
+		}
+		for len(list) > 0 && r.held+size > r.budget {
+			b := list[len(list)-1]
+			list[len(list)-1] = nil
+			list = list[:len(list)-1]
+			delete(r.retired, unsafe.SliceData(b))
+			r.held -= int64(cap(b))
+		}
+		if len(list) == 0 {
+			delete(r.free, c)
+		} else {
+			r.free[c] = list
+		}
+		if r.held+size <= r.budget {
+			return true
+		}
+	}
+	return false
 }
 
 // isRetired reports whether b's memory waits for reuse.

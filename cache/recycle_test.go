@@ -233,3 +233,80 @@ func TestWaiterNotHandedRetiredBlock(t *testing.T) {
 	}
 	waiterPin.Unpin()
 }
+
+// Blocks of odd sizes (the shorter last block of a stream) are rarely asked
+// for again; freed ones must not hold the budget against the common size.
+func TestOddSizesDoNotStopReuse(t *testing.T) {
+	c := New(64 * testBlock) // budget: 4 blocks
+	s := c.NewStream()
+	next := int64(0)
+	put := func(n int) {
+		c.Put(Key{Stream: s, Block: next}, c.Alloc(n))
+		next++
+	}
+	for i := 0; i < 3; i++ {
+		put(testBlock + 8192*(i+1))
+	}
+	for i := 0; i < 200; i++ {
+		put(testBlock)
+		c.Pin().Unpin()
+	}
+	before := c.Stats().Reused
+	for i := 0; i < 1000; i++ {
+		put(testBlock)
+		c.Pin().Unpin()
+	}
+	if c.Stats().Reused == before {
+		t.Errorf("1000 evictions of full blocks and none reused: %d bytes held", c.recycle.held)
+	}
+}
+
+// The pinned waiter of a fill whose block was dropped from the cache (its
+// stream's source changed) before the waiter pinned must not be handed it.
+func TestWaiterAfterDrop(t *testing.T) {
+	c := New(16 * testBlock)
+	s := c.NewStream()
+	k := Key{Stream: s, Block: 0}
+	dropped, waiting, waiterDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var got []byte
+	var waiterPin Pin
+	go func() {
+		defer close(waiterDone)
+		<-dropped
+		waiterPin = c.Pin()
+		close(waiting)
+		var err error
+		got, err = c.Get(k, func() ([]byte, error) { return filled(c, k), nil })
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	fillerPin := c.Pin()
+	_, err := c.Get(k, func() ([]byte, error) {
+		b := filled(c, k)
+		c.Put(k, b)
+		c.Drop(s)
+		close(dropped)
+		<-waiting
+		time.Sleep(50 * time.Millisecond)
+		return b, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-waiterDone
+	fillerPin.Unpin()
+	for i := 0; i < 4; i++ {
+		c.Pin().Unpin()
+	}
+	want := append([]byte(nil), got...)
+	for i := 0; i < 16; i++ {
+		if b := c.Alloc(testBlock); unsafe.SliceData(b) == unsafe.SliceData(got) {
+			pattern(b, Key{Stream: 99, Block: 99})
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("a block handed to a pinned waiter changed: its memory was reused")
+	}
+	waiterPin.Unpin()
+}
