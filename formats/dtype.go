@@ -163,3 +163,17 @@ func DenseSize(shape []uint64, d DType) (uint64, error) {
 	}
 	return ByteSize(n, d)
 }
+
+// PaddedByteSize is ByteSize for types packed below a byte that may leave
+// part of their last byte unused (zTensor v2's f4_e2m1: ⌈n/2⌉ bytes).
+func PaddedByteSize(n uint64, d DType) (uint64, error) {
+	info, ok := dtypes[d]
+	if !ok {
+		return 0, fmt.Errorf("unknown dtype %q", d)
+	}
+	if info.Bits%8 == 0 {
+		return ByteSize(n, d)
+	}
+	per := uint64(8 / info.Bits)
+	return n/per + min(n%per, 1), nil
+}

@@ -31,6 +31,24 @@ type Container struct {
 	// Warnings are problems the reader worked around (skipped bytes, a
 	// message cut off at the end of the file), one line each, for the log.
 	Warnings []string
+	// Shards are the other files the container's components live in (a
+	// zTensor v2 root and its shards), in the order Component.Source counts
+	// them from 1. Opening the container opens none of them.
+	Shards []*Shard
+}
+
+// Shard is another file of a container: a label, the identity the
+// container records for it, and where the format's convention puts it.
+type Shard struct {
+	// Name is the container's label for the file.
+	Name string
+	// Size is the file's exact size in bytes.
+	Size int64
+	// Digest is the whole file's digest ("xxh3:…", "sha256:…"), "" if none.
+	Digest string
+	// Locate returns the path of the shard of a container read from
+	// containerPath.
+	Locate func(containerPath string) string
 }
 
 // Tensor is one logical tensor.
@@ -104,13 +122,20 @@ type Component struct {
 	// DType is the storage element type of the decoded bytes, verbatim when
 	// unknown to ztfs.
 	DType DType
+	// Source is the file the stored bytes are in: 0 for the container's
+	// own file, k for Container.Shards[k-1].
+	Source int
 	// Offset and Length locate the stored bytes in the source file.
 	Offset, Length uint64
 	// Encoding of the stored bytes.
 	Encoding Encoding
-	// Digest as written in the file ("crc32c:0x…", "sha256:…"), "" if none.
-	// It covers the stored bytes.
+	// Digest as written in the file ("crc32c:0x…", "sha256:…", "xxh3:…"),
+	// "" if none. It covers the stored bytes, unless DigestDecoded says it
+	// covers the decoded ones.
 	Digest string
+	// DigestDecoded says Digest covers the component's decoded bytes (the
+	// zTensor v2 rule: a digest names content, not its encoding).
+	DigestDecoded bool
 	// BigEndian marks elements stored big-endian; the pipeline swaps them.
 	BigEndian bool
 	// Size is the decoded size in bytes, or -1 when only decoding the stream
@@ -250,6 +275,11 @@ type Logical interface{ logical() }
 type Dense struct {
 	Role  string
 	DType DType
+	// Strict applies the element type's data rules of zTensor v2: bool bytes
+	// are 0 or 1, and a packed sub-byte type rounds its byte size up and
+	// leaves the unused bits of its last byte zero. A read that meets a
+	// violation fails.
+	Strict bool
 }
 
 // SparseCSR is a 2-D compressed-sparse-row tensor. Indptr has rows+1
@@ -257,6 +287,10 @@ type Dense struct {
 type SparseCSR struct {
 	Values, Indices, Indptr Array
 	NNZ                     Count
+	// Strict applies zTensor v2's data rules: column indices strictly
+	// increase within a row (so no entry repeats), and bool values are 0 or
+	// 1. Without it repeated entries add up, as in SciPy.
+	Strict bool
 }
 
 // SparseCOO is a coordinate-list tensor: Coords[d] holds the index along
@@ -265,6 +299,9 @@ type SparseCOO struct {
 	Values Array
 	Coords []Array
 	NNZ    Count
+	// Strict applies zTensor v2's data rules: no two entries name one cell,
+	// and bool values are 0 or 1.
+	Strict bool
 }
 
 // BlockQuantized is a 2-D [Rows, Cols] tensor of signed Bits-bit codes in
@@ -326,11 +363,77 @@ type GroupQuantized struct {
 	GIdx                 string
 }
 
-func (GroupQuantized) logical() {}
-func (Dense) logical()          {}
-func (SparseCSR) logical()      {}
-func (SparseCOO) logical()      {}
-func (BlockQuantized) logical() {}
+func (GroupQuantized) logical()  {}
+func (AffineQuantized) logical() {}
+func (Microscaled) logical()     {}
+func (Dense) logical()           {}
+func (SparseCSR) logical()       {}
+func (SparseCOO) logical()       {}
+func (BlockQuantized) logical()  {}
+
+// Grouping places groups of consecutive elements along one axis of a
+// tensor: element (…, i, …) with i along Axis is in group i / Size along
+// that axis. Per-group values (scales, zero points) are laid out row-major
+// in the tensor's shape with the axis's length replaced by its group count.
+type Grouping struct {
+	Axis int
+	// Size is the elements of a group along Axis; 0 means one group spans
+	// the whole axis.
+	Size uint64
+}
+
+// AffineQuantized is a tensor of Bits-bit integer codes dequantized to
+// float32 as (q − zero) × scale, one scale and zero point per group
+// (zTensor v2's zt.quant_group/1). Codes are packed over the row-major
+// flat index, PerWord to a little-endian word of WordBytes bytes, the
+// lowest index in the lowest bits, or the highest with MSBFirst. A code is
+// an unsigned bit field, except that one filling a whole word of a signed
+// dtype (SignedWord) is two's complement.
+//
+// ScaleDType is a float type whose values are the factors, or F8E8M0 for
+// exponent bytes e standing for 2^(e−127) (0xFF: NaN).
+type AffineQuantized struct {
+	Bits, WordBytes, PerWord int
+	MSBFirst, SignedWord     bool
+	Grouping
+	Codes      string
+	Scales     string
+	ScaleDType DType
+	Zero       ZeroPoint
+}
+
+// ZeroPoint says what an AffineQuantized tensor subtracts from its codes.
+type ZeroPoint struct {
+	Kind ZeroKind
+	// Value is the constant of ZeroConstant.
+	Value int64
+	// Role and DType name the component of ZeroPlain (one element per
+	// group) and ZeroPacked (codes packed like the tensor's).
+	Role  string
+	DType DType
+}
+
+// ZeroKind enumerates the forms of ZeroPoint.
+type ZeroKind int
+
+// The forms of a zero point.
+const (
+	ZeroNone ZeroKind = iota
+	ZeroConstant
+	ZeroPlain
+	ZeroPacked
+)
+
+// Microscaled is an OCP Microscaling (MX) tensor (zTensor v2's zt.mx/1):
+// element x of a block of Grouping.Size elements along the axis is
+// 2^(s−127) × x, s the block's scale byte in component Scales (0xFF: the
+// block is NaN). Element is F4E2M1, F8E4M3 or F8E5M2 (their values), or I8
+// (MXINT8: two's complement q standing for q/64).
+type Microscaled struct {
+	Element DType
+	Grouping
+	Data, Scales string
+}
 
 // Array locates a run of elements inside a component's decoded bytes:
 // element i occupies the DType-sized bytes at Offset.At(nnz) + i×Stride.

@@ -55,8 +55,8 @@ func mount(t testing.TB, path string, opts session.Options) *mounted {
 		t.Fatal(err)
 	}
 	m.s = s
-	m.server, err = Mount(m.dir, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(),
-		Check: s.Source.Check, CheckNow: s.Source.CheckNow, OnChange: s.Source.OnChange, Logf: m.log.logf}, MountOptions{FsName: path})
+	m.server, err = Mount(m.dir, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
+		Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: m.log.logf}, MountOptions{FsName: path})
 	if err != nil {
 		s.Close()
 		t.Fatalf("mount: %v", err)

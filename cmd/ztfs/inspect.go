@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/verify"
 )
@@ -123,9 +124,13 @@ func verifyDigests(w io.Writer, source string, s *session.Session) error {
 	for _, d := range verify.Digests(s.Container) {
 		// A digest over more than one component's bytes (a Tensogram
 		// frame hash) is checked and reported once, for the first.
-		first := d.Covers[0]
-		where := fmt.Sprintf("tensor %q: component %q", first.Tensor.Name, first.Component.Role)
-		err := d.Check(s.Source)
+		var decoded pipeline.Reader
+		if d.Decoded {
+			first := d.Covers[0]
+			decoded = s.Pipeline.Component(first.Tensor, first.Component)
+		}
+		where := d.Where()
+		err := d.Check(s.Sources[d.Source], decoded)
 		switch verify.Classify(err) {
 		case verify.OK:
 			checked++

@@ -155,8 +155,8 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
 	}
 	server, err := ztfs.Mount(mountpoint, s.Tree,
-		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.Source.ModTime(),
-			Check: s.Source.Check, CheckNow: s.Source.CheckNow, OnChange: s.Source.OnChange, Logf: logf},
+		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
+			Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf},
 		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 			ReadAhead: int64(f.readAhead), Logf: logf})
 	if err != nil {

@@ -3,7 +3,6 @@ package ztensor
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 
@@ -26,9 +25,6 @@ const (
 	// decoding tells, as the reference caps its reads.
 	maxDecoded = 32 << 30
 )
-
-// ErrV2 is returned for zTensor v2 files.
-var ErrV2 = errors.New("zTensor v2 is not supported yet")
 
 // Sniff reports whether head (the first bytes of a file, at least 8 when the
 // file has them) starts with a zTensor magic (ZTEN0001, ZTEN1000, or the v2
@@ -56,16 +52,16 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	case bytes.Equal(head, magicV1):
 		return openV1(r, uint64(size))
 	case bytes.Equal(head, magicV2):
-		return nil, ErrV2
+		return openV2(r, uint64(size))
 	}
-	// A v2 file with a damaged header still ends in the v2 magic; calling it
-	// v2 beats calling it unknown.
+	// A v2 file with a damaged header still ends in the v2 magic: its
+	// reader names the damage.
 	tail, err := readAt(r, uint64(size)-8, 8)
 	if err != nil {
 		return nil, err
 	}
-	if bytes.Equal(tail, magicV2) {
-		return nil, ErrV2
+	if SniffTail(tail) {
+		return openV2(r, uint64(size))
 	}
 	return nil, fmt.Errorf("not a zTensor file: unknown magic %q", head)
 }

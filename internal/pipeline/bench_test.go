@@ -52,7 +52,7 @@ func newBenchSource(b *testing.B, compress bool, dt formats.DType) *benchSource 
 	var fb fileBuilder
 	off := fb.add(stored)
 	src := fb.open(b)
-	p, err := New(src, Options{Cache: cache.New(64 << 20)})
+	p, err := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func BenchmarkZstdComponent(b *testing.B) {
 	b.SetBytes(benchBytes)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New(s.p.src, Options{Cache: cache.New(64 << 20)})
+		p, _ := New(s.p.srcs, Options{Cache: cache.New(64 << 20)})
 		readSequential(b, p.Component(s.tensor, s.tensor.Components[0]))
 		p.Close()
 	}
@@ -214,7 +214,7 @@ func benchmarkDequantizedNPY(b *testing.B, method string) {
 	b.SetBytes(2048 * 4096 * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New(src, Options{Cache: cache.New(64 << 20)})
+		p, _ := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
 		r, err := p.NPY(tensor)
 		if err != nil {
 			b.Fatal(err)
@@ -255,7 +255,7 @@ func benchmarkGroupNPY(b *testing.B, gptq bool) {
 	b.SetBytes(rows * cols * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New(src, Options{Cache: cache.New(64 << 20)})
+		p, _ := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
 		r, err := p.NPY(tensor)
 		if err != nil {
 			b.Fatal(err)
@@ -315,7 +315,7 @@ func benchmarkFramesComponent(b *testing.B, frameSize int) {
 	b.SetBytes(benchBytes)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New(src, Options{Cache: cache.New(64 << 20)})
+		p, _ := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
 		readSequential(b, p.Component(tensor, c))
 		p.Close()
 	}
@@ -353,7 +353,7 @@ func benchmarkRandom4K(b *testing.B, frameSize int) {
 	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
 	src := fb.open(b)
 	tensor := &formats.Tensor{Name: "bench", Components: []*formats.Component{c}}
-	p, _ := New(src, Options{Cache: cache.New(8 << 20)})
+	p, _ := New([]*Source{src}, Options{Cache: cache.New(8 << 20)})
 	b.Cleanup(p.Close)
 	r := p.Component(tensor, c)
 	rng := rand.New(rand.NewSource(1))

@@ -35,6 +35,11 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 			if err != nil {
 				return nil, err
 			}
+			if cr, ok := r.(*cached); ok {
+				if z, ok := cr.src.(*zstdStream); ok && z.seekable {
+					p.seekables[c] = z // for CheckSeekTables
+				}
+			}
 			cur, curSize = r, int64(k.Size)
 		case formats.Unshuffle:
 			if k.ElementSize <= 0 || curSize%int64(k.ElementSize) != 0 {
@@ -71,8 +76,9 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress) (Reader, error) {
 	size := int64(k.Size)
 	switch k.Method {
-	case "zstd":
+	case "zstd", "zstd-seekable":
 		z := newZstdStream(in, inSize, size, k.Size, p.opts.BlockSize, p.pool)
+		z.seekable = k.Method == "zstd-seekable"
 		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
 		return z.out, nil
 	case "lz4":
@@ -464,10 +470,11 @@ func (p *Pipeline) buildMasks(decoded Reader, c *formats.Component, m *formats.M
 			continue
 		}
 		mask := &formats.Component{Offset: blob.Offset, Length: blob.Length}
-		if blob.Offset > uint64(p.src.Size()) || blob.Length > uint64(p.src.Size())-blob.Offset {
+		src := p.srcs[c.Source]
+		if blob.Offset > uint64(src.Size()) || blob.Length > uint64(src.Size())-blob.Offset {
 			return nil, fmt.Errorf("mask blob [%d, +%d) lies outside the source", blob.Offset, blob.Length)
 		}
-		stored := Reader(&region{src: p.src, off: int64(mask.Offset), len: int64(mask.Length)})
+		stored := Reader(&region{src: src, off: int64(mask.Offset), len: int64(mask.Length)})
 		mask.Codecs = []formats.Codec{formats.BitmaskDecode{Method: blob.Method, Count: m.Count}}
 		bits, err := p.buildCodecs(stored, mask)
 		if err != nil {

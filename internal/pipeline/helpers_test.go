@@ -56,7 +56,7 @@ func newTestPipeline(t *testing.T, src *Source, opts Options) *Pipeline {
 	if opts.BlockSize == 0 {
 		opts.BlockSize = 4096
 	}
-	p, err := New(src, opts)
+	p, err := New([]*Source{src}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

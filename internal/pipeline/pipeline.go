@@ -38,6 +38,10 @@ type Options struct {
 	// Logf receives notes that are not errors of a read, such as a digest
 	// that cannot be verified. Nil discards them.
 	Logf func(format string, args ...any)
+	// FileDigests are digests of whole source files, by their number ("" for
+	// none): with VerifyAll, a file's digest is checked before the first
+	// byte of any component stored in it is served.
+	FileDigests []string
 }
 
 // VerifyMode says which recorded digests a pipeline checks.
@@ -60,18 +64,23 @@ const DefaultBlockSize = 1 << 20
 // built on first use, so opening a container with many tensors costs
 // nothing here.
 type Pipeline struct {
-	src  *Source
+	srcs []*Source
 	opts Options
 	pool *decoderPool
 
 	mu         sync.Mutex
 	components map[*formats.Component]Reader
+	seekables  map[*formats.Component]*zstdStream
 	npys       map[*formats.Tensor]Reader
 	verdicts   map[verdictKey]*verdict
 }
 
-// New returns the pipeline of src.
-func New(src *Source, opts Options) (*Pipeline, error) {
+// New returns the pipeline of the source files of one container: srcs[0]
+// is the container's own file, srcs[k] the file Component.Source k names.
+func New(srcs []*Source, opts Options) (*Pipeline, error) {
+	if len(srcs) == 0 {
+		return nil, errors.New("pipeline: no source")
+	}
 	if opts.Cache == nil {
 		return nil, errors.New("pipeline: no cache")
 	}
@@ -88,8 +97,9 @@ func New(src *Source, opts Options) (*Pipeline, error) {
 		opts.Logf = func(string, ...any) {}
 	}
 	return &Pipeline{
-		src: src, opts: opts, pool: newDecoderPool(opts.Decoders),
+		srcs: srcs, opts: opts, pool: newDecoderPool(opts.Decoders),
 		components: make(map[*formats.Component]Reader),
+		seekables:  make(map[*formats.Component]*zstdStream),
 		npys:       make(map[*formats.Tensor]Reader),
 		verdicts:   make(map[verdictKey]*verdict),
 	}, nil
@@ -98,8 +108,17 @@ func New(src *Source, opts Options) (*Pipeline, error) {
 // Close releases the decoders. Readers must not be used afterwards.
 func (p *Pipeline) Close() { p.pool.close() }
 
-// Source returns the source file the pipeline reads.
-func (p *Pipeline) Source() *Source { return p.src }
+// Sources returns the source files the pipeline reads, the container's
+// own first.
+func (p *Pipeline) Sources() []*Source { return p.srcs }
+
+// source returns source file k, or an error naming the number.
+func (p *Pipeline) source(k int) (*Source, error) {
+	if k < 0 || k >= len(p.srcs) {
+		return nil, fmt.Errorf("source file %d does not exist (the container has %d)", k, len(p.srcs))
+	}
+	return p.srcs[k], nil
+}
 
 // Component returns the decoded, little-endian bytes of component c of
 // tensor t. Errors of its reads name the tensor and the component.
@@ -119,25 +138,86 @@ func (p *Pipeline) componentLocked(t *formats.Tensor, c *formats.Component) Read
 }
 
 func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reader {
-	if c.Offset > uint64(p.src.Size()) || c.Length > uint64(p.src.Size())-c.Offset {
-		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source", c.Offset, c.Length, p.src.Size())}
+	src, err := p.source(c.Source)
+	if err != nil {
+		return failing{err}
 	}
-	var stored Reader = &region{src: p.src, off: int64(c.Offset), len: int64(c.Length)}
-	var check *verdict
-	if c.Digest != "" && (p.opts.Verify == VerifyAll || p.opts.Verify == VerifyDefault && c.VerifyByDefault) {
+	if c.Offset > uint64(src.Size()) || c.Length > uint64(src.Size())-c.Offset {
+		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source %s", c.Offset, c.Length, src.Size(), src.Path())}
+	}
+	var stored Reader = &region{src: src, off: int64(c.Offset), len: int64(c.Length)}
+	var storedCheck *verdict
+	if c.Digest != "" && !c.DigestDecoded && p.verifies(c) {
 		v, err := p.verdictLocked(t, c)
 		if err != nil {
 			return failing{err}
 		}
-		check = v
+		storedCheck = v
 		stored = &verified{inner: stored, verdict: v}
 	}
 	decoded := p.decodeComponent(t, c, stored)
-	if check != nil && decoded != stored {
+	if storedCheck != nil && decoded != stored {
 		// Stages may serve bytes without reading stored ones.
-		decoded = &verified{inner: decoded, verdict: check}
+		decoded = &verified{inner: decoded, verdict: storedCheck}
+	}
+	if v := p.fileVerdictLocked(c.Source); v != nil {
+		decoded = &verified{inner: decoded, verdict: v}
+	}
+	if c.Digest != "" && c.DigestDecoded && p.verifies(c) {
+		decoded = &verified{inner: decoded, verdict: p.decodedVerdict(t, c, decoded)}
 	}
 	return decoded
+}
+
+// verifies says whether c's digest is checked before its bytes are served.
+func (p *Pipeline) verifies(c *formats.Component) bool {
+	return p.opts.Verify == VerifyAll || p.opts.Verify == VerifyDefault && c.VerifyByDefault
+}
+
+// decodedVerdict checks a digest over the decoded bytes of c, which
+// decoded serves: it reads them all once.
+func (p *Pipeline) decodedVerdict(t *formats.Tensor, c *formats.Component, decoded Reader) *verdict {
+	return &verdict{check: func() error {
+		size, err := decoded.Size()
+		if err != nil {
+			return err
+		}
+		err = digest.Check(readerAtFunc(decoded.ReadAt), 0, size, c.Digest)
+		if errors.Is(err, digest.ErrUnverifiable) {
+			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("decoded bytes: %w", err)
+		}
+		return nil
+	}}
+}
+
+// fileVerdictLocked returns the shared check of source file k's whole-file
+// digest, nil when none is to be checked.
+func (p *Pipeline) fileVerdictLocked(k int) *verdict {
+	if p.opts.Verify != VerifyAll || k >= len(p.opts.FileDigests) || p.opts.FileDigests[k] == "" {
+		return nil
+	}
+	src := p.srcs[k]
+	key := verdictKey{source: k, digest: p.opts.FileDigests[k], length: uint64(src.Size())}
+	if v, ok := p.verdicts[key]; ok {
+		return v
+	}
+	v := &verdict{check: func() error {
+		err := digest.Check(src, 0, src.Size(), key.digest)
+		if errors.Is(err, digest.ErrUnverifiable) {
+			p.opts.Logf("%s: %v; served unverified", src.Path(), err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: the whole file's digest: %w", src.Path(), err)
+		}
+		return nil
+	}}
+	p.verdicts[key] = v
+	return v
 }
 
 // decodeComponent chains the stages that turn c's stored bytes into its
@@ -184,9 +264,44 @@ func (p *Pipeline) decodeComponent(t *formats.Tensor, c *formats.Component, stor
 	return decoded
 }
 
+// CheckSeekTables reads the seek table of every zt.zstd-seekable/1
+// component of c and checks it against the profile's rules and the
+// component's decoded size, so that a file whose tables are wrong is
+// refused when it is opened rather than when a read reaches them.
+func (p *Pipeline) CheckSeekTables(c *formats.Container) error {
+	for _, t := range c.Tensors {
+		for _, comp := range t.Components {
+			if !seekable(comp) {
+				continue
+			}
+			p.Component(t, comp)
+			p.mu.Lock()
+			z := p.seekables[comp]
+			p.mu.Unlock()
+			if z == nil {
+				continue // the component failed before its stream was made; reads say why
+			}
+			if _, err := z.index(); err != nil {
+				return fmt.Errorf("tensor %q: component %q: %w", t.Name, comp.Role, err)
+			}
+		}
+	}
+	return nil
+}
+
+func seekable(c *formats.Component) bool {
+	for _, k := range c.Codecs {
+		if d, ok := k.(formats.Decompress); ok && d.Method == "zstd-seekable" {
+			return true
+		}
+	}
+	return false
+}
+
 // verdictKey identifies one digest check: components whose digest covers
 // the same bytes (the files of one Tensogram object) share its verdict.
 type verdictKey struct {
+	source      int
 	digest      string
 	off, length uint64
 }
@@ -194,21 +309,22 @@ type verdictKey struct {
 // verdictLocked returns the shared check of c's digest.
 func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verdict, error) {
 	region := c.DigestCovers()
-	if !region.Within(p.src.Size()) {
-		return nil, fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", region.Offset, region.Length, p.src.Size())
+	src := p.srcs[c.Source] // buildComponent checked the number
+	if !region.Within(src.Size()) {
+		return nil, fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", region.Offset, region.Length, src.Size())
 	}
-	key := verdictKey{digest: c.Digest, off: region.Offset, length: region.Length}
+	key := verdictKey{source: c.Source, digest: c.Digest, off: region.Offset, length: region.Length}
 	if v, ok := p.verdicts[key]; ok {
 		return v, nil
 	}
 	v := &verdict{check: func() error {
-		err := digest.Check(p.src, int64(key.off), int64(key.length), key.digest)
+		err := digest.Check(src, int64(key.off), int64(key.length), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: bytes [%d, +%d): %w", p.src.Path(), key.off, key.length, err)
+			return fmt.Errorf("%s: bytes [%d, +%d): %w", src.Path(), key.off, key.length, err)
 		}
 		return nil
 	}}
@@ -250,7 +366,7 @@ func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 			return formats.DTypeInfo{}, fmt.Errorf("shape %v is not the quantized [%d %d]", t.Shape, l.Rows, l.Cols)
 		}
 		dt = formats.F32
-	case formats.GroupQuantized:
+	case formats.GroupQuantized, formats.AffineQuantized, formats.Microscaled:
 		dt = formats.F32
 	default:
 		return formats.DTypeInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
@@ -289,7 +405,7 @@ func narrowed(t *formats.Tensor, half bool) bool {
 	case formats.Dense:
 		info, _ := l.DType.Info()
 		return info.NPY == "<f4" && quant.WidenerFor(l.DType) != nil
-	case formats.BlockQuantized, formats.GroupQuantized:
+	case formats.BlockQuantized, formats.GroupQuantized, formats.AffineQuantized, formats.Microscaled:
 		return true
 	}
 	return false
@@ -364,11 +480,18 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		if err != nil {
 			return nil, err
 		}
-		size, err := formats.ByteSize(n, l.DType)
+		sizeOf := formats.ByteSize
+		if l.Strict {
+			sizeOf = formats.PaddedByteSize
+		}
+		size, err := sizeOf(n, l.DType)
 		if err != nil {
 			return nil, err
 		}
 		data = exactSize{data, int64(size)}
+		if l.Strict {
+			data = checkedElements(data, l.DType, n)
+		}
 		info, _ := l.DType.Info()
 		if narrowed(t, p.opts.NPYFloat16) {
 			w := quant.WidenerToF16For(l.DType)
@@ -403,6 +526,13 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		}
 		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
 		return g.out, nil
+	case formats.AffineQuantized, formats.Microscaled:
+		g, err := newGrouped(t, readers, p.opts.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
+		return g.out, nil
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
 }
@@ -412,10 +542,11 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	if f.Content != nil {
 		return Bytes(f.Content)
 	}
-	if f.Offset > uint64(p.src.Size()) || f.Length > uint64(p.src.Size())-f.Offset {
+	src := p.srcs[0]
+	if f.Offset > uint64(src.Size()) || f.Length > uint64(src.Size())-f.Offset {
 		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
 	}
-	return withContext(&region{src: p.src, off: int64(f.Offset), len: int64(f.Length)}, fmt.Sprintf("file %q", f.Name))
+	return withContext(&region{src: src, off: int64(f.Offset), len: int64(f.Length)}, fmt.Sprintf("file %q", f.Name))
 }
 
 // failing is a reader whose every use fails with one error.

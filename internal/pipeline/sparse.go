@@ -138,6 +138,9 @@ type sparse struct {
 	maxWindow int64    // bytes one fill may produce at most
 	out       *cached  // the cache front, for the other blocks of a window
 
+	// strict applies zTensor v2's data rules (formats.SparseCSR.Strict).
+	strict bool
+
 	once   sync.Once
 	err    error
 	nnz    uint64
@@ -156,7 +159,7 @@ func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blo
 		if len(t.Shape) != 2 {
 			return nil, fmt.Errorf("sparse_csr needs 2 dimensions, shape is %v", t.Shape)
 		}
-		valuesSpec, s.nnzRule = l.Values, l.NNZ
+		valuesSpec, s.nnzRule, s.strict = l.Values, l.NNZ, l.Strict
 		var err error
 		if s.indptr, err = newArray(l.Indptr, true, readers); err != nil {
 			return nil, err
@@ -168,7 +171,7 @@ func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blo
 		if len(l.Coords) != len(t.Shape) || len(t.Shape) == 0 {
 			return nil, fmt.Errorf("sparse_coo with %d coordinate arrays for shape %v", len(l.Coords), t.Shape)
 		}
-		valuesSpec, s.nnzRule = l.Values, l.NNZ
+		valuesSpec, s.nnzRule, s.strict = l.Values, l.NNZ, l.Strict
 		for _, c := range l.Coords {
 			a, err := newArray(c, true, readers)
 			if err != nil {
@@ -275,17 +278,17 @@ func (s *sparse) validateCSR() error {
 		for j, p := range ptr {
 			switch {
 			case i == 0 && j == 0 && p != 0:
-				return fmt.Errorf("indptr starts at %d, not 0", p)
+				return fmt.Errorf("indptr starts at %d, not 0%s", p, s.rule())
 			case p < prev:
-				return fmt.Errorf("indptr decreases at row %d (%d after %d)", i+uint64(j), p, prev)
+				return fmt.Errorf("indptr decreases at row %d (%d after %d)%s", i+uint64(j), p, prev, s.rule())
 			case p > s.nnz:
-				return fmt.Errorf("indptr entry %d is %d, beyond the %d stored values", i+uint64(j), p, s.nnz)
+				return fmt.Errorf("indptr entry %d is %d, beyond the %d stored values%s", i+uint64(j), p, s.nnz, s.rule())
 			}
 			prev = p
 		}
 	}
 	if prev != s.nnz {
-		return fmt.Errorf("indptr ends at %d, but there are %d stored values", prev, s.nnz)
+		return fmt.Errorf("indptr ends at %d, but there are %d stored values%s", prev, s.nnz, s.rule())
 	}
 	for i := uint64(0); i < s.nnz; i += entryChunk {
 		idx, err := s.indices.indexes(i, min(entryChunk, s.nnz-i))
@@ -294,11 +297,71 @@ func (s *sparse) validateCSR() error {
 		}
 		for j, c := range idx {
 			if c >= cols {
-				return fmt.Errorf("column index %d of entry %d is outside the %d columns", c, i+uint64(j), cols)
+				return fmt.Errorf("column index %d of entry %d is outside the %d columns%s", c, i+uint64(j), cols, s.rule())
 			}
 		}
 	}
+	if s.strict {
+		return s.increasingRows()
+	}
 	return nil
+}
+
+// rule names the rule a strict tensor's data breaks, in messages.
+func (s *sparse) rule() string {
+	if s.strict {
+		return " (rule LayoutData)"
+	}
+	return ""
+}
+
+// increasingRows checks that the column indices of every row strictly
+// increase, walking indptr and indices together a chunk at a time (the
+// structure was validated: indptr starts at 0, never decreases and ends
+// at nnz).
+func (s *sparse) increasingRows() error {
+	ptr := &indexCursor{a: s.indptr, limit: s.shape[0] + 1}
+	idx := &indexCursor{a: s.indices, limit: s.nnz}
+	row, end, prev := uint64(0), uint64(0), uint64(0)
+	for i := uint64(0); i < s.nnz; i++ {
+		first := false
+		for i >= end { // entry i belongs to a later row
+			e, err := ptr.get(row + 1)
+			if err != nil {
+				return err
+			}
+			row, end, first = row+1, e, true
+		}
+		c, err := idx.get(i)
+		if err != nil {
+			return err
+		}
+		if !first && c <= prev {
+			return fmt.Errorf("row %d: column index %d follows %d: indices must strictly increase within a row (rule LayoutData)", row-1, c, prev)
+		}
+		prev = c
+	}
+	return nil
+}
+
+// indexCursor reads the entries of an index array in increasing order, a
+// chunk at a time.
+type indexCursor struct {
+	a     *array
+	limit uint64 // entries in the array
+	at    uint64 // index of buf[0]
+	buf   []uint64
+}
+
+func (c *indexCursor) get(k uint64) (uint64, error) {
+	if k < c.at || k-c.at >= uint64(len(c.buf)) {
+		var err error
+		if c.buf, err = c.a.indexes(k, min(entryChunk, c.limit-k)); err != nil {
+			return 0, err
+		}
+		c.at = k
+	}
+	return c.buf[k-c.at], nil
 }
 
 func (s *sparse) validateCOO() error {
@@ -314,9 +377,12 @@ func (s *sparse) validateCOO() error {
 		if err != nil {
 			return err
 		}
-		for _, l := range lin {
+		for j, l := range lin {
 			if l < prev {
 				s.sorted = false
+			}
+			if s.strict && s.sorted && l == prev && i+uint64(j) > 0 {
+				return fmt.Errorf("entries %d and %d name the same element: coordinates must be unique (rule LayoutData)", i+uint64(j)-1, i+uint64(j))
 			}
 			prev = l
 		}
@@ -334,7 +400,7 @@ func (s *sparse) linear(i, n uint64, check bool) ([]uint64, error) {
 		}
 		for j, v := range idx {
 			if check && v >= s.shape[d] {
-				return nil, fmt.Errorf("coordinate %d of entry %d along dimension %d is outside its size %d", v, i+uint64(j), d, s.shape[d])
+				return nil, fmt.Errorf("coordinate %d of entry %d along dimension %d is outside its size %d%s", v, i+uint64(j), d, s.shape[d], s.rule())
 			}
 			lin[j] += v * s.strides[d]
 		}
@@ -418,6 +484,11 @@ func (b *denseBlock) put(i uint64, lin []uint64) error {
 	if err != nil {
 		return err
 	}
+	if s.strict && s.values.spec.DType == formats.Bool {
+		if err := checkBools(raw, int64(i)); err != nil {
+			return fmt.Errorf("stored value: %w", err)
+		}
+	}
 	vals := raw
 	if s.widen != nil {
 		vals = make([]byte, uint64(len(lin))*s.outBytes)
@@ -430,10 +501,13 @@ func (b *denseBlock) put(i uint64, lin []uint64) error {
 		pos := l - b.first
 		dst := b.out[pos*s.outBytes : (pos+1)*s.outBytes]
 		src := vals[uint64(j)*s.outBytes:]
-		if b.set[pos/64]&(1<<(pos%64)) == 0 {
+		switch {
+		case b.set[pos/64]&(1<<(pos%64)) == 0:
 			copy(dst, src)
 			b.set[pos/64] |= 1 << (pos % 64)
-		} else {
+		case s.strict:
+			return fmt.Errorf("entry %d names element %d, which an earlier entry names too: coordinates must be unique (rule LayoutData)", i+uint64(j), l)
+		default:
 			s.add(dst, src)
 		}
 	}

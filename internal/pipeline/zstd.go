@@ -39,6 +39,9 @@ type zstdStream struct {
 	out       *cached // the cache front of this stream, for Peek and Put
 	max       uint64  // cap on the decoded size while it is unknown
 	declared  int64   // the decoded size the file records, or -1
+	// seekable marks a zt.zstd-seekable/1 stream: it must have a seek
+	// table, which is its index, and is never decoded sequentially.
+	seekable bool
 
 	// indexed is done once, on first use: framed is then the frame index's
 	// server, nil for a stream decoded sequentially, and unindexed says why
@@ -105,6 +108,15 @@ func (z *zstdStream) size() (int64, error) {
 // show that the stream cannot have the size it must have.
 func (z *zstdStream) index() (*framedStream, error) {
 	z.indexed.Do(func() {
+		if z.seekable {
+			idx, err := seekableIndex(readerAtFunc(z.stored.ReadAt), z.storedLen, z.declared)
+			if err != nil {
+				z.indexErr = err
+				return
+			}
+			z.framed.Store(newFramedStream(z, idx))
+			return
+		}
 		idx, why := indexFrames(readerAtFunc(z.stored.ReadAt), z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared)
 		if why != nil {
 			z.unindexed = why

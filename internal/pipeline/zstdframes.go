@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ztfs/ztfs/internal/codec/zstdseek"
 )
 
 // Multi-frame zstd streams.
@@ -63,9 +65,6 @@ const (
 	zstdFrameMagic    = 0xFD2FB528
 	skippableMask     = 0xFFFFFFF0
 	skippableMagic    = 0x184D2A50
-	seekTableMagic    = 0x184D2A5E
-	seekableMagic     = 0x8F92EAB1
-	seekFooterSize    = 9
 	zstdMaxBlockSize  = 128 << 10
 	headerPeekSize    = 4 << 10 // bytes read at once while walking headers
 	maxFrameHeaderLen = 18      // magic, descriptor, window, dictionary ID, content size
@@ -89,6 +88,11 @@ type frameIndex struct {
 	largest int64
 	// fromSeekTable says which source the index came from, for tests.
 	fromSeekTable bool
+	// strict marks a zt.zstd-seekable/1 stream, whose frame headers are
+	// checked as they are decoded; entries are the stored offsets of all
+	// its seek table's frames, empty ones included.
+	strict  bool
+	entries []int64
 }
 
 func (x *frameIndex) frames() int  { return len(x.dec) - 1 }
@@ -217,40 +221,15 @@ func (b *builder) index(declared, limit int64) (*frameIndex, error) {
 // is one. It returns nil and no error when there is none or it cannot be
 // used; the headers are walked then.
 func indexFromSeekTable(p *peeker, frameLimit int64) (*builder, error) {
-	if p.size < seekFooterSize+8 {
-		return nil, nil
-	}
-	foot, err := p.at(p.size-seekFooterSize, seekFooterSize)
-	if err != nil || binary.LittleEndian.Uint32(foot[5:]) != seekableMagic {
-		return nil, nil
-	}
-	count, desc := int64(binary.LittleEndian.Uint32(foot)), foot[4]
-	if desc&0x7C != 0 || count > maxIndexedFrames {
-		return nil, nil
-	}
-	entry := int64(8)
-	if desc&0x80 != 0 {
-		entry = 12 // with checksums of the decoded frames, not used here
-	}
-	frameSize := count*entry + seekFooterSize
-	tableStart := p.size - 8 - frameSize
-	if tableStart < 0 {
-		return nil, nil
-	}
-	head, err := p.at(tableStart, 8)
-	if err != nil || binary.LittleEndian.Uint32(head) != seekTableMagic || int64(binary.LittleEndian.Uint32(head[4:])) != frameSize {
-		return nil, nil
-	}
-	entries := make([]byte, count*entry)
-	if n, _ := p.r.ReadAt(entries, tableStart+8); n < len(entries) {
+	t, err := zstdseek.Read(p.r, p.size, maxIndexedFrames)
+	if err != nil {
 		return nil, nil
 	}
 	b := newBuilder()
 	off := int64(0)
-	for i := int64(0); i < count; i++ {
-		e := entries[i*entry:]
-		csize, dsize := int64(binary.LittleEndian.Uint32(e)), int64(binary.LittleEndian.Uint32(e[4:]))
-		if csize == 0 || csize > tableStart-off {
+	for _, e := range t.Frames {
+		csize, dsize := int64(e.Compressed), int64(e.Decompressed)
+		if csize == 0 {
 			return nil, nil
 		}
 		// The entry must point at a frame whose own header agrees with it:
@@ -287,12 +266,77 @@ func indexFromSeekTable(p *peeker, frameLimit int64) (*builder, error) {
 		}
 		off += csize
 	}
-	if off != tableStart {
-		return nil, nil
-	}
 	b.x.fromSeekTable = true
-	b.end = tableStart
+	b.end = t.Start
 	return b, nil
+}
+
+// maxSeekableFrame is the largest decoded frame zt.zstd-seekable/1 allows.
+const maxSeekableFrame = 16 << 20
+
+// seekableIndex indexes a zt.zstd-seekable/1 stream of size bytes from its
+// seek table, which the profile requires, under its rules: frames of at
+// most 16 MiB decoded, all but the last of one size, adding up to exactly
+// declared bytes. Frames need not record their own sizes: the table is
+// the index. Each frame's header is checked when it is decoded
+// (checkSeekableFrames).
+func seekableIndex(r io.ReaderAt, size, declared int64) (*frameIndex, error) {
+	t, err := zstdseek.Read(r, size, maxIndexedFrames)
+	if err != nil {
+		return nil, fmt.Errorf("zt.zstd-seekable/1: %w (rule Encoding)", err)
+	}
+	x := &frameIndex{fromSeekTable: true, strict: true}
+	var off, total int64
+	for i, e := range t.Frames {
+		d := int64(e.Decompressed)
+		switch {
+		case e.Compressed == 0:
+			return nil, fmt.Errorf("zt.zstd-seekable/1: frame %d has no bytes (rule Encoding)", i)
+		case d > maxSeekableFrame:
+			return nil, fmt.Errorf("zt.zstd-seekable/1: frame %d decodes to %d bytes, more than 16 MiB (rule Encoding)", i, d)
+		case i > 0 && i < len(t.Frames)-1 && e.Decompressed != t.Frames[0].Decompressed:
+			return nil, fmt.Errorf("zt.zstd-seekable/1: frame %d decodes to %d bytes, frame 0 to %d: all but the last must be equal (rule Encoding)", i, d, t.Frames[0].Decompressed)
+		}
+		x.entries = append(x.entries, off)
+		if d > 0 { // an empty frame is decoded with the one before it
+			if len(x.comp) == 0 {
+				x.comp = append(x.comp, 0)
+			} else {
+				x.comp = append(x.comp, off)
+			}
+			x.dec = append(x.dec, total)
+			x.largest = max(x.largest, d)
+		}
+		off += int64(e.Compressed)
+		total += d
+	}
+	if total != declared {
+		return nil, fmt.Errorf("zt.zstd-seekable/1: the seek table's frames decode to %d bytes, decoded_length is %d (rule Encoding)", total, declared)
+	}
+	x.comp = append(x.comp, t.Start)
+	x.dec = append(x.dec, total)
+	return x, nil
+}
+
+// checkSeekableFrames checks the headers of the frames a zt.zstd-seekable/1
+// decode covers: src holds the stored bytes [base, base+len(src)). Every
+// frame must be a zstd frame with a content checksum (which the decoder
+// then verifies), need no dictionary, and record no size other than its
+// entry's.
+func (x *frameIndex) checkSeekableFrames(src []byte, base int64) error {
+	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i] >= base })
+	for ; i < len(x.entries) && x.entries[i] < base+int64(len(src)); i++ {
+		fh, err := parseFrameHeader(src[x.entries[i]-base : min(int64(len(src)), x.entries[i]-base+maxFrameHeaderLen)])
+		switch {
+		case err != nil:
+			return fmt.Errorf("zt.zstd-seekable/1: frame at stored byte %d: %w (rule Encoding)", x.entries[i], err)
+		case fh.skippable, fh.dictID != 0:
+			return fmt.Errorf("zt.zstd-seekable/1: the entry at stored byte %d is not a plain zstd frame (rule Encoding)", x.entries[i])
+		case !fh.checksum:
+			return fmt.Errorf("zt.zstd-seekable/1: the frame at stored byte %d has no content checksum (rule Encoding)", x.entries[i])
+		}
+	}
+	return nil
 }
 
 // walkFrames indexes the stream from its frame and block headers. It stops
@@ -905,6 +949,11 @@ const decodeSlack = 16
 // exactly their decoded bytes. The decoder may scribble on up to
 // decodeSlack bytes of dst's capacity past its length.
 func (f *framedStream) decode(dst, src []byte, i, n int) error {
+	if f.idx.strict {
+		if err := f.idx.checkSeekableFrames(src, f.idx.comp[i]); err != nil {
+			return f.z.fail(err)
+		}
+	}
 	dec, err := f.z.pool.frameDecoder(f.bs)
 	if err != nil {
 		return err

@@ -454,7 +454,7 @@ func TestZstdFramesConcurrentReaders(t *testing.T) {
 		want = append(want, data)
 	}
 	src := b.open(t)
-	p, err := New(src, Options{Cache: cache.New(256 << 10), BlockSize: 4096, Decoders: 2})
+	p, err := New([]*Source{src}, Options{Cache: cache.New(256 << 10), BlockSize: 4096, Decoders: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +569,7 @@ func TestZstdFramesWriterRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			p, err := New(src, Options{Cache: cache.New(16 << 20), Verify: VerifyAll})
+			p, err := New([]*Source{src}, Options{Cache: cache.New(16 << 20), Verify: VerifyAll})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,10 +1,16 @@
-// Package session opens a container file for serving: the source file, its
-// detected format and parsed index, the decoding pipeline and the laid-out
-// tree. The mount, `ztfs cat` and `ztfs inspect` all start here.
+// Package session opens a container for serving: its source files (the
+// container's own and the shards its index names), its detected format and
+// parsed index, the decoding pipeline and the laid-out tree. The mount,
+// `ztfs cat`, `ztfs inspect`, `ztfs verify` and `ztfs convert` all start
+// here.
 package session
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
@@ -26,73 +32,183 @@ type Options struct {
 	NPYFloat16 bool
 	// Logf receives notes of the pipeline; nil discards them.
 	Logf func(format string, args ...any)
-	// Guard takes a read lease on the source and watches it for changes
-	// (pipeline.Source.Guard), as a mount, which lives long, should.
+	// Guard takes a read lease on every source file and watches it for
+	// changes (pipeline.Source.Guard), as a mount, which lives long, should.
 	Guard bool
 }
 
 // Session is one opened container.
 type Session struct {
-	Source    *pipeline.Source
+	// Sources are the files the container is read from: its own first,
+	// then its shards in the order of Container.Shards.
+	Sources   []*pipeline.Source
 	Container *formats.Container
 	Cache     *cache.Cache
 	Pipeline  *pipeline.Pipeline
 	Tree      *tree.Tree
 	// Unguarded says why a session opened with Options.Guard holds no read
-	// lease on its source (nil when it does): raw bytes are then copied
-	// and every read of the source is checked.
+	// lease on some source (nil when it holds them all): raw bytes are then
+	// copied and every read of the source is checked.
 	Unguarded error
 }
 
-// Open opens and validates the container at path. Its errors are one line
-// that starts with path.
+// Source returns the container's own file.
+func (s *Session) Source() *pipeline.Source { return s.Sources[0] }
+
+// Open opens and validates the container at path, and the shards its index
+// names. Its errors are one line that starts with path.
 func Open(path string, opts Options) (*Session, error) {
-	src, err := pipeline.OpenSource(path)
+	s := &Session{}
+	src, err := s.openSource(path, opts.Guard)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var unguarded error
-	if opts.Guard {
-		// Before the index is read, so that the lease covers it too.
-		unguarded = src.Guard()
-	}
-	s, err := open(src, path, opts)
-	if err != nil {
-		src.Close()
+	if err := s.open(src, path, opts); err != nil {
+		s.closeSources()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// The index must be the version that is served: a change while it was
 	// read fails the open rather than every later read.
-	if err := src.CheckNow(); err != nil {
+	if err := s.CheckNow(); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.Unguarded = unguarded
-	// Nothing can be served once the source changed: free the cache.
-	src.OnChange(func(error) { s.Cache.Clear() })
+	// Nothing can be served once a source changed: free the cache.
+	s.OnChange(func(error) { s.Cache.Clear() })
 	return s, nil
 }
 
-func open(src *pipeline.Source, path string, opts Options) (*Session, error) {
-	c, err := detect.Open(src, src.Size())
+// openSource opens one source file and, when asked, guards it before its
+// index is read, so that the lease covers the index too.
+func (s *Session) openSource(path string, guard bool) (*pipeline.Source, error) {
+	src, err := pipeline.OpenSource(path)
 	if err != nil {
 		return nil, err
 	}
-	blocks := cache.New(opts.CacheSize)
-	p, err := pipeline.New(src, pipeline.Options{Cache: blocks, BlockSize: opts.BlockSize, Verify: opts.Verify, NPYFloat16: opts.NPYFloat16, Logf: opts.Logf})
-	if err != nil {
-		return nil, err
+	s.Sources = append(s.Sources, src)
+	if guard {
+		if err := src.Guard(); err != nil && s.Unguarded == nil {
+			s.Unguarded = fmt.Errorf("%s: %w", path, err)
+		}
 	}
-	t, err := tree.Build(c, p, path)
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	return &Session{Source: src, Container: c, Cache: blocks, Pipeline: p, Tree: t}, nil
+	return src, nil
 }
 
-// Close releases the pipeline and the source file.
+func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
+	c, err := detect.Open(src, src.Size())
+	if err != nil {
+		return err
+	}
+	infos := []tree.SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
+	digests := []string{""}
+	for _, sh := range c.Shards {
+		info, err := s.openShard(c, sh, path, opts.Guard)
+		if err != nil {
+			return err
+		}
+		infos = append(infos, info)
+		digests = append(digests, sh.Digest)
+	}
+	s.Container = c
+	s.Cache = cache.New(opts.CacheSize)
+	p, err := pipeline.New(s.Sources, pipeline.Options{Cache: s.Cache, BlockSize: opts.BlockSize, Verify: opts.Verify,
+		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests})
+	if err != nil {
+		return err
+	}
+	s.Pipeline = p
+	if err := p.CheckSeekTables(c); err != nil {
+		return err
+	}
+	if s.Tree, err = tree.Build(c, p, infos); err != nil {
+		return err
+	}
+	return nil
+}
+
+// openShard opens shard sh of container c read from root: where the
+// format's convention puts it, with the exact size c records, and a valid
+// container of c's format and version itself. Its digest, the costly rung,
+// is checked when asked (Options.Verify, `ztfs verify`).
+func (s *Session) openShard(c *formats.Container, sh *formats.Shard, root string, guard bool) (tree.SourceInfo, error) {
+	path := sh.Locate(root)
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("shard %q (%s): %s", sh.Name, path, fmt.Sprintf(format, args...))
+	}
+	src, err := s.openSource(path, guard)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return tree.SourceInfo{}, fail("%v: the shard table names it, and shards are looked for next to the root file as %s", err, filepath.Base(path))
+		}
+		return tree.SourceInfo{}, fail("%v", err)
+	}
+	if src.Size() != sh.Size {
+		return tree.SourceInfo{}, fail("the file is %d bytes, the shard table says %d (rule ShardIdentity)", src.Size(), sh.Size)
+	}
+	sc, err := detect.Open(src, src.Size())
+	if err != nil {
+		return tree.SourceInfo{}, fail("%v (rule ShardIdentity)", err)
+	}
+	if sc.Format != c.Format || sc.FormatVersion != c.FormatVersion {
+		return tree.SourceInfo{}, fail("a %s %s file cannot be a shard of a %s %s file (rule ShardIdentity)", sc.Format, sc.FormatVersion, c.Format, c.FormatVersion)
+	}
+	return tree.SourceInfo{Path: path, Size: src.Size(), Format: sc.Format, FormatVersion: sc.FormatVersion, Shard: sh.Name}, nil
+}
+
+// CheckNow reports a change of any source file since it was opened.
+func (s *Session) CheckNow() error {
+	for _, src := range s.Sources {
+		if err := src.CheckNow(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check is CheckNow at most every so often per file
+// (pipeline.Source.Check).
+func (s *Session) Check() error {
+	for _, src := range s.Sources {
+		if err := src.Check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OnChange arranges for f to run when a change of a guarded source file
+// is first seen (once per file that changes).
+func (s *Session) OnChange(f func(error)) {
+	for _, src := range s.Sources {
+		src.OnChange(f)
+	}
+}
+
+// ModTime returns the latest modification time of the source files.
+func (s *Session) ModTime() time.Time {
+	var t time.Time
+	for _, src := range s.Sources {
+		if m := src.ModTime(); m.After(t) {
+			t = m
+		}
+	}
+	return t
+}
+
+// Close releases the pipeline and the source files.
 func (s *Session) Close() error {
-	s.Pipeline.Close()
-	return s.Source.Close()
+	if s.Pipeline != nil {
+		s.Pipeline.Close()
+	}
+	return s.closeSources()
+}
+
+func (s *Session) closeSources() error {
+	var first error
+	for _, src := range s.Sources {
+		if err := src.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -85,6 +85,15 @@ func (w *jsonWriter) key(k string) {
 	w.buf = append(w.buf, ':', ' ')
 }
 
+// element starts an array element on its own line.
+func (w *jsonWriter) element() {
+	if !w.fresh {
+		w.buf = append(w.buf, ',')
+	}
+	w.fresh = false
+	w.newline()
+}
+
 func (w *jsonWriter) str(s string)   { w.buf = appendString(w.buf, s) }
 func (w *jsonWriter) uint(v uint64)  { w.buf = strconv.AppendUint(w.buf, v, 10) }
 func (w *jsonWriter) int(v int64)    { w.buf = strconv.AppendInt(w.buf, v, 10) }

@@ -23,10 +23,27 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 	w.int(ManifestVersion)
 	w.key("source")
 	w.open('{')
-	w.strField("path", tr.sourcePath)
+	w.strField("path", tr.sources[0].Path)
 	w.key("size")
-	w.int(tr.p.Source().Size())
+	w.int(tr.sources[0].Size)
 	w.close('}')
+	w.key("sources")
+	w.open('[')
+	for _, s := range tr.sources {
+		w.element()
+		w.open('{')
+		w.strField("path", s.Path)
+		w.key("size")
+		w.int(s.Size)
+		w.strField("format", s.Format)
+		w.key("format_version")
+		w.strOrNull(s.FormatVersion)
+		if s.Shard != "" {
+			w.strField("shard", s.Shard)
+		}
+		w.close('}')
+	}
+	w.close(']')
 	w.strField("format", c.Format)
 	w.key("format_version")
 	w.strOrNull(c.FormatVersion)
@@ -110,6 +127,8 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir, path string, files []st
 	w.uints(t.Shape)
 	w.strField("dtype", string(t.DType))
 	w.strField("layout", t.Layout)
+	w.key("source")
+	w.int(int64(tensorSource(t)))
 	w.key("attributes")
 	if err := w.value(orEmpty(t.Attributes)); err != nil {
 		return fmt.Errorf("tensor %q: attributes: %w", t.Name, err)
@@ -165,11 +184,16 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	}
 	w.key("stored")
 	w.open('{')
+	w.key("source")
+	w.int(int64(c.Source))
 	w.uintField("offset", c.Offset)
 	w.uintField("length", c.Length)
 	w.strField("encoding", string(c.Encoding))
 	w.key("digest")
 	w.strOrNull(c.Digest)
+	if c.Digest != "" && c.DigestDecoded {
+		w.strField("digest_covers", "decoded")
+	}
 	w.key("byte_order")
 	if c.BigEndian {
 		w.str("big")
@@ -179,7 +203,7 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	extra := make([]string, 0, len(c.StoredAttributes))
 	for k := range c.StoredAttributes {
 		switch k {
-		case "offset", "length", "encoding", "digest", "byte_order":
+		case "source", "offset", "length", "encoding", "digest", "digest_covers", "byte_order":
 			// the fields above are the model's own
 		default:
 			extra = append(extra, k)
@@ -204,6 +228,15 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 		w.strField("note", "stored big-endian; the file holds little-endian elements")
 	}
 	w.close('}')
+}
+
+// tensorSource is the source file a tensor's entry names: the one of its
+// first component (each component's "stored" names its own).
+func tensorSource(t *formats.Tensor) int {
+	if len(t.Components) == 0 {
+		return 0
+	}
+	return t.Components[0].Source
 }
 
 // orEmpty makes a nil attribute map render as {} rather than null.

@@ -101,10 +101,20 @@ func (n *Node) Child(name string) *Node {
 type Tree struct {
 	Root *Node
 
-	c          *formats.Container
-	p          *pipeline.Pipeline
-	sourcePath string // absolute
-	manifest   lazyBytes
+	c        *formats.Container
+	p        *pipeline.Pipeline
+	sources  []SourceInfo // paths absolute
+	manifest lazyBytes
+}
+
+// SourceInfo describes one source file of a tree for manifest.json.
+type SourceInfo struct {
+	Path                  string
+	Size                  int64
+	Format, FormatVersion string
+	// Shard is the file's label in the container's shard table, "" for the
+	// container's own file.
+	Shard string
 }
 
 // Manifest returns the content of manifest.json, writing it on first use.
@@ -144,15 +154,24 @@ func componentFile(role string) string {
 	return name
 }
 
-// Build lays out container c, whose bytes p serves. sourcePath is reported
-// in manifest.json (made absolute). It fails on names the tree cannot hold
-// apart; everything else about a tensor is checked by its reader.
-func Build(c *formats.Container, p *pipeline.Pipeline, sourcePath string) (*Tree, error) {
-	abs, err := filepath.Abs(sourcePath)
-	if err != nil {
-		return nil, err
+// Build lays out container c, whose bytes p serves from the files sources
+// describes (the container's own first, then Component.Source's numbering),
+// reported in manifest.json with absolute paths. It fails on names the
+// tree cannot hold apart; everything else about a tensor is checked by its
+// reader.
+func Build(c *formats.Container, p *pipeline.Pipeline, sources []SourceInfo) (*Tree, error) {
+	if len(sources) == 0 {
+		return nil, errors.New("no source file")
 	}
-	tr := &Tree{c: c, p: p, sourcePath: abs}
+	tr := &Tree{c: c, p: p, sources: make([]SourceInfo, len(sources))}
+	for i, s := range sources {
+		abs, err := filepath.Abs(s.Path)
+		if err != nil {
+			return nil, err
+		}
+		s.Path = abs
+		tr.sources[i] = s
+	}
 	root := &Node{}
 	// Most formats put every tensor directly below tensors/.
 	tensors := &Node{Name: "tensors", children: make([]*Node, 0, len(c.Tensors))}

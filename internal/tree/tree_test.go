@@ -103,12 +103,12 @@ func buildTest(t *testing.T, c *formats.Container) (*Tree, error) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	p, err := pipeline.New(src, pipeline.Options{Cache: cache.New(1 << 20)})
+	p, err := pipeline.New([]*pipeline.Source{src}, pipeline.Options{Cache: cache.New(1 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return Build(c, p, path)
+	return Build(c, p, []SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}})
 }
 
 func dense(name string, roles ...string) *formats.Tensor {

@@ -24,8 +24,18 @@ type Report struct {
 	Tensors []Tensor `json:"tensors"`
 	// Files are the files outside the tensor directories: manifest.json
 	// and a format's extra files.
-	Files   []Read  `json:"files"`
-	Summary Summary `json:"summary"`
+	Files []Read `json:"files"`
+	// Shards are the other files of a sharded container, each with the
+	// check of the whole-file digest its index records.
+	Shards  []ShardResult `json:"shards"`
+	Summary Summary       `json:"summary"`
+}
+
+// ShardResult is the check of one shard's whole-file digest.
+type ShardResult struct {
+	Name   string        `json:"name"`
+	Path   string        `json:"path"`
+	Digest *DigestResult `json:"digest"`
 }
 
 // FileInfo names the verified file.
@@ -78,8 +88,13 @@ type DigestResult struct {
 	Computed string `json:"computed,omitempty"`
 	// Error says why the result is not ok.
 	Error string `json:"error,omitempty"`
-	// Covers is the range of the file the digest is computed over.
-	Covers ByteRange `json:"covers"`
+	// Source is the file the digest covers: 0 for the container's own,
+	// k for its k-th shard.
+	Source int `json:"source"`
+	// Covers is the range of the file the digest is computed over: its
+	// bytes, or with Decoded, the bytes they decode to.
+	Covers  ByteRange `json:"covers"`
+	Decoded bool      `json:"decoded,omitempty"`
 }
 
 // ByteRange is a range of the verified file.

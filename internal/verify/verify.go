@@ -85,25 +85,29 @@ func File(path string, opts Options) (*Report, error) {
 }
 
 func newVerifier(s *session.Session, progress Progress) *verifier {
-	return &verifier{
+	v := &verifier{
 		s:        s,
 		progress: progress,
-		src:      &countingSource{src: s.Source, progress: progress},
 		buf:      make([]byte, readSize),
 		digestOf: map[*formats.Component]*Digest{},
 		results:  map[*Digest]*DigestResult{},
 	}
+	for _, src := range s.Sources {
+		v.files = append(v.files, &countingSource{src: src, v: v})
+	}
+	return v
 }
 
 // verifier is one run over an opened session.
 type verifier struct {
 	s        *session.Session
 	progress Progress
-	src      *countingSource
+	files    []*countingSource // the session's sources, counting what is hashed
 	buf      []byte
 	digestOf map[*formats.Component]*Digest
 	results  map[*Digest]*DigestResult
 	read     int64 // bytes read from the tree's files
+	hashed   int64 // bytes digests were computed over
 }
 
 func (v *verifier) run(path string) *Report {
@@ -114,7 +118,7 @@ func (v *verifier) run(path string) *Report {
 	}
 	r := &Report{
 		Version:  ReportVersion,
-		File:     FileInfo{Path: abs, Size: v.s.Source.Size()},
+		File:     FileInfo{Path: abs, Size: v.s.Source().Size()},
 		Format:   c.Format,
 		Warnings: append([]string{}, c.Warnings...),
 		Tensors:  make([]Tensor, 0, len(c.Tensors)),
@@ -130,6 +134,7 @@ func (v *verifier) run(path string) *Report {
 			v.digestOf[cv.Component] = d
 		}
 	}
+	r.Shards = []ShardResult{}
 	v.progress.Expect(v.plan(digests))
 	for _, f := range v.s.Tree.OtherFiles() {
 		read := v.readFiles([]*reading{{what: f.Path, r: f.Reader, res: &Read{Path: f.Path}}})
@@ -137,6 +142,11 @@ func (v *verifier) run(path string) *Report {
 	}
 	for _, t := range c.Tensors {
 		r.Tensors = append(r.Tensors, v.tensor(t))
+	}
+	for _, d := range digests {
+		if d.Shard != "" {
+			r.Shards = append(r.Shards, ShardResult{Name: d.Shard, Path: v.files[d.Source].src.Path(), Digest: v.check(d)})
+		}
 	}
 	v.summarize(r, len(digests))
 	return r
@@ -148,8 +158,8 @@ func (v *verifier) run(path string) *Report {
 func (v *verifier) plan(digests []*Digest) int64 {
 	var n int64
 	for _, d := range digests {
-		if d.Region.Within(v.s.Source.Size()) {
-			n = addSat(n, int64(d.Region.Length))
+		if d.Region.Within(v.files[d.Source].Size()) {
+			n = addSat(n, int64(d.Region.Length)) // stored ones; decoded are planned with their files
 		}
 	}
 	for _, t := range v.s.Container.Tensors {
@@ -231,16 +241,27 @@ func (v *verifier) digest(c *formats.Component) *DigestResult {
 	if d == nil {
 		return nil
 	}
+	return v.check(d)
+}
+
+// check returns the result of d, checking it on first use.
+func (v *verifier) check(d *Digest) *DigestResult {
 	if res, ok := v.results[d]; ok {
 		return res
 	}
-	before := v.src.n
-	err := d.Check(v.src)
-	hashed := v.src.n - before
-	if d.Region.Within(v.s.Source.Size()) {
+	before := v.hashed
+	var decoded pipeline.Reader
+	if d.Decoded {
+		first := d.Covers[0]
+		decoded = &countingReader{Reader: v.s.Pipeline.Component(first.Tensor, first.Component), v: v}
+	}
+	err := d.Check(v.files[d.Source], decoded)
+	hashed := v.hashed - before
+	if !d.Decoded && d.Region.Within(v.files[d.Source].Size()) {
 		v.progress.Expect(hashed - int64(d.Region.Length)) // what an early stop left out
 	}
-	res := &DigestResult{Value: d.Text, Result: Classify(err), Covers: ByteRange{d.Region.Offset, d.Region.Length}}
+	res := &DigestResult{Value: d.Text, Result: Classify(err), Source: d.Source, Decoded: d.Decoded,
+		Covers: ByteRange{d.Region.Offset, d.Region.Length}}
 	var mismatch *digest.MismatchError
 	if errors.As(err, &mismatch) {
 		res.Expected, res.Computed = mismatch.Expected, mismatch.Actual
@@ -395,7 +416,7 @@ func (v *verifier) summarize(r *Report, digests int) {
 			countRead(t.NPY)
 		}
 	}
-	s.BytesHashed = v.src.n
+	s.BytesHashed = v.hashed
 	s.BytesChecked = s.BytesHashed + s.BytesRead
 	switch {
 	case s.Tensors == 0:
@@ -407,24 +428,53 @@ func (v *verifier) summarize(r *Report, digests int) {
 	if s.Failed > 0 || s.FilesFailed > 0 {
 		r.Status = StatusFailed
 	}
+	for _, sh := range r.Shards {
+		if res := sh.Digest.Result; res == Mismatch || res == Error {
+			r.Status = StatusFailed
+		}
+	}
 	r.Summary = s
 }
 
 // countingSource counts and reports the bytes digests are computed over.
 type countingSource struct {
-	src      Source
-	progress Progress
-	n        int64
+	src *pipeline.Source
+	v   *verifier
 }
 
 func (c *countingSource) ReadAt(p []byte, off int64) (int, error) {
 	n, err := c.src.ReadAt(p, off)
-	c.n += int64(n)
-	c.progress.Done(int64(n))
+	c.v.countHashed(n)
 	return n, err
 }
 
 func (c *countingSource) Size() int64 { return c.src.Size() }
+
+// countingReader is countingSource for the decoded bytes a digest covers:
+// they are hashed, and announced as they are learnt.
+type countingReader struct {
+	pipeline.Reader
+	v *verifier
+}
+
+func (c *countingReader) Size() (int64, error) {
+	n, err := c.Reader.Size()
+	if err == nil {
+		c.v.progress.Expect(n)
+	}
+	return n, err
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.Reader.ReadAt(p, off)
+	c.v.countHashed(n)
+	return n, err
+}
+
+func (v *verifier) countHashed(n int) {
+	v.hashed += int64(n)
+	v.progress.Done(int64(n))
+}
 
 // maxNotes bounds the notes a run keeps: a damaged file may make the
 // pipeline note the same thing for every block.

@@ -1,0 +1,166 @@
+package ztensor
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+// Container v2 (docs/ztensor-v2.md): the magic at both ends, a 40-byte
+// footer pointing at a deterministic-CBOR manifest protected by its XXH3-64,
+// and blobs at multiples of 4096.
+const (
+	v2FooterLen   = 40
+	v2MinFileLen  = 8 + v2FooterLen
+	v2Version     = 2
+	v2Align       = 4096
+	v2MaxManifest = 1 << 30
+	v2MaxRank     = 64
+	v2MaxName     = 1024
+	v2MaxShard    = 64
+)
+
+// Rule names a rule of the zTensor v2 specification, as its conformance
+// corpus names the reasons a file is refused.
+type Rule string
+
+// The rules a v2 file can break.
+const (
+	RuleFileTooSmall     Rule = "FileTooSmall"
+	RuleHeaderMagic      Rule = "HeaderMagic"
+	RuleFooterMagic      Rule = "FooterMagic"
+	RuleVersion          Rule = "Version"
+	RuleManifestBounds   Rule = "ManifestBounds"
+	RuleManifestTooLarge Rule = "ManifestTooLarge"
+	RuleManifestHash     Rule = "ManifestHash"
+	RuleCborSyntax       Rule = "CborSyntax"
+	RuleCborDeterminism  Rule = "CborDeterminism"
+	RuleCborDuplicateKey Rule = "CborDuplicateKey"
+	RuleCborDepth        Rule = "CborDepth"
+	RuleSchema           Rule = "Schema"
+	RuleName             Rule = "Name"
+	RuleShape            Rule = "Shape"
+	RuleBlobAlignment    Rule = "BlobAlignment"
+	RuleBlobBounds       Rule = "BlobBounds"
+	RuleBlobOverlap      Rule = "BlobOverlap"
+	RuleShardRef         Rule = "ShardRef"
+	RuleShardName        Rule = "ShardName"
+	RuleLayoutRule       Rule = "LayoutRule"
+	RuleLayoutData       Rule = "LayoutData"
+	RuleDenseSize        Rule = "DenseSize"
+	RuleEncoding         Rule = "Encoding"
+	RuleDigest           Rule = "Digest"
+	RuleShardIdentity    Rule = "ShardIdentity"
+)
+
+// RuleError is a v2 file refused under a rule of the specification.
+type RuleError struct {
+	Rule   Rule
+	Detail string
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("zTensor v2: %s (rule %s)", e.Detail, e.Rule)
+}
+
+func reject(rule Rule, format string, args ...any) error {
+	return &RuleError{Rule: rule, Detail: fmt.Sprintf(format, args...)}
+}
+
+// v2Footer is the last 40 bytes of a v2 file.
+type v2Footer struct {
+	offset, length, hash uint64
+	version              uint32
+}
+
+// SniffTail reports whether tail, the last 8 bytes of a file, is the v2
+// magic: a v2 file whose first bytes are damaged is still recognisable.
+func SniffTail(tail []byte) bool { return bytes.Equal(tail, magicV2) }
+
+// openV2 opens a v2 file: the footer, then the manifest, then every rule of
+// the manifest, reading nothing but those two ranges.
+func openV2(r io.ReaderAt, size uint64) (*formats.Container, error) {
+	f, err := readV2Frame(r, size)
+	if err != nil {
+		return nil, err
+	}
+	if f.length == 0 {
+		return dataShard(), nil
+	}
+	dataEnd := size - v2FooterLen
+	if f.offset > dataEnd || f.length > dataEnd-f.offset {
+		return nil, reject(RuleManifestBounds, "manifest [%d, +%d) lies outside the data region, which ends at %d", f.offset, f.length, dataEnd)
+	}
+	b, err := readAt(r, f.offset, f.length)
+	if err != nil {
+		return nil, err
+	}
+	if got := xxh3.Hash(b); got != f.hash {
+		return nil, reject(RuleManifestHash, "manifest XXH3-64 is %016x, the footer records %016x", got, f.hash)
+	}
+	m, err := parseV2Manifest(b)
+	if err != nil {
+		return nil, err
+	}
+	built, err := m.validate(dataEnd, [2]uint64{f.offset, f.length})
+	if err != nil {
+		return nil, err
+	}
+	return m.container(built), nil
+}
+
+// readV2Frame checks the magic at both ends and the footer's version, and
+// returns the footer with its manifest fields checked against the
+// alignment floor and the cap.
+func readV2Frame(r io.ReaderAt, size uint64) (v2Footer, error) {
+	var f v2Footer
+	if size < v2MinFileLen {
+		return f, reject(RuleFileTooSmall, "%d bytes is shorter than the %d of a magic and a footer", size, v2MinFileLen)
+	}
+	head, err := readAt(r, 0, 8)
+	if err != nil {
+		return f, err
+	}
+	if !bytes.Equal(head, magicV2) {
+		return f, reject(RuleHeaderMagic, "the first 8 bytes %x are not the magic %x, though the file ends in it", head, magicV2)
+	}
+	foot, err := readAt(r, size-v2FooterLen, v2FooterLen)
+	if err != nil {
+		return f, err
+	}
+	if !bytes.Equal(foot[32:], magicV2) {
+		return f, reject(RuleFooterMagic, "the last 8 bytes %x are not the magic (the file may be cut off)", foot[32:])
+	}
+	le := binary.LittleEndian
+	f = v2Footer{offset: le.Uint64(foot), length: le.Uint64(foot[8:]), hash: le.Uint64(foot[16:]), version: le.Uint32(foot[24:])}
+	if f.version != v2Version {
+		return f, reject(RuleVersion, "footer version %d is not %d", f.version, v2Version)
+	}
+	if f.length == 0 {
+		if f.offset != 0 || f.hash != 0 {
+			return f, reject(RuleManifestBounds, "a data shard's footer (manifest length 0) must zero the manifest offset and hash, not %d and %016x", f.offset, f.hash)
+		}
+		return f, nil
+	}
+	if f.length > v2MaxManifest {
+		return f, reject(RuleManifestTooLarge, "manifest length %d exceeds the 1 GiB cap", f.length)
+	}
+	if f.offset%v2Align != 0 || f.offset < v2Align {
+		return f, reject(RuleBlobAlignment, "manifest offset %d is not a multiple of %d at or after %d", f.offset, v2Align, v2Align)
+	}
+	return f, nil
+}
+
+// dataShard is what a data shard shows on its own: nothing but the note
+// that the model's root describes its bytes.
+func dataShard() *formats.Container {
+	return &formats.Container{
+		Format: "ztensor", FormatVersion: "2", Attributes: map[string]any{},
+		Warnings: []string{"a zTensor v2 data shard: it holds blobs and no manifest; mount the model's root file to see its tensors"},
+	}
+}

@@ -1,0 +1,131 @@
+package ztensor
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+// v2Built is a validated v2 manifest turned into the model.
+type v2Built struct {
+	tensors []*formats.Tensor
+}
+
+// validate applies every rule of the manifest: names, shapes, blob
+// placement (per file, the manifest blob included: references identical or
+// disjoint), the storage type a logical type pins, and the metadata rules
+// of every layout ztfs knows. It builds the tensors on the way. dataEnd is
+// where the footer starts; manifest is the manifest blob.
+func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, error) {
+	source := map[string]int{}
+	ends := map[string]uint64{}
+	for i, s := range m.shards {
+		if s.size < v2MinFileLen {
+			return nil, reject(RuleSchema, "shard %q: size %d is below the %d bytes of any file", s.name, s.size, v2MinFileLen)
+		}
+		source[s.name] = i + 1
+		ends[s.name] = s.size - v2FooterLen
+	}
+	refs := map[string][][2]uint64{"": {manifest}}
+	built := &v2Built{tensors: make([]*formats.Tensor, 0, len(m.objects))}
+	for _, o := range m.objects {
+		where := fmt.Sprintf("object %q", o.name)
+		n, err := elementCount(where, o.shape)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range o.parts {
+			if err := p.checkBlob(where, dataEnd, ends); err != nil {
+				return nil, err
+			}
+			if p.length > 0 {
+				refs[p.shard] = append(refs[p.shard], [2]uint64{p.offset, p.length})
+			}
+			if lt, ok := v2LogicalTypes[p.typ]; ok && p.dtype != lt.storage {
+				return nil, reject(RuleSchema, "%s part %q: type %q requires dtype %q, not %q", where, p.name, p.typ, lt.storage, p.dtype)
+			}
+		}
+		t, err := o.tensor(n, source)
+		if err != nil {
+			return nil, err
+		}
+		built.tensors = append(built.tensors, t)
+	}
+	for file, rs := range refs {
+		if err := checkOverlap(file, rs); err != nil {
+			return nil, err
+		}
+	}
+	return built, nil
+}
+
+// checkBlob applies the placement rules to one part's blob: aligned, not in
+// the header, inside the data region of the file it names.
+func (p *v2Part) checkBlob(where string, dataEnd uint64, shardEnds map[string]uint64) error {
+	if p.offset%v2Align != 0 || p.offset < v2Align {
+		return reject(RuleBlobAlignment, "%s part %q: blob offset %d is not a multiple of %d at or after %d", where, p.name, p.offset, v2Align, v2Align)
+	}
+	end, in := dataEnd, "this file"
+	if p.shard != "" {
+		e, ok := shardEnds[p.shard]
+		if !ok {
+			return reject(RuleShardRef, "%s part %q: shard %q is not in the manifest's shard table", where, p.name, p.shard)
+		}
+		end, in = e, fmt.Sprintf("shard %q", p.shard)
+	}
+	if p.offset > end || p.length > end-p.offset {
+		return reject(RuleBlobBounds, "%s part %q: blob [%d, +%d) runs past the data region of %s, which ends at %d", where, p.name, p.offset, p.length, in, end)
+	}
+	return nil
+}
+
+// checkOverlap requires the blobs of one file to be pairwise identical or
+// disjoint: sharing a blob is how tied weights are stored, while a partial
+// overlap would let one range be read under two meanings.
+func checkOverlap(file string, rs [][2]uint64) error {
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i][0] != rs[j][0] {
+			return rs[i][0] < rs[j][0]
+		}
+		return rs[i][1] < rs[j][1]
+	})
+	in := "this file"
+	if file != "" {
+		in = fmt.Sprintf("shard %q", file)
+	}
+	for i := 1; i < len(rs); i++ {
+		a, b := rs[i-1], rs[i]
+		if a != b && a[0]+a[1] > b[0] {
+			return reject(RuleBlobOverlap, "blobs [%d, +%d) and [%d, +%d) in %s overlap without being identical", a[0], a[1], b[0], b[1], in)
+		}
+	}
+	return nil
+}
+
+// container returns the model of a validated manifest.
+func (m *v2Manifest) container(b *v2Built) *formats.Container {
+	c := &formats.Container{Format: "ztensor", FormatVersion: "2", Attributes: m.attrs, Tensors: b.tensors}
+	for _, s := range m.shards {
+		name := s.name
+		c.Shards = append(c.Shards, &formats.Shard{
+			Name: name, Size: int64(s.size), Digest: s.digest,
+			Locate: func(root string) string { return ShardPath(root, name) },
+		})
+	}
+	return c
+}
+
+// ShardPath is where the specification's positional convention puts shard
+// name of the root file at root: the sibling <stem>-<name>.zt, stem being
+// the root's file name without its extension (model.zt and shard 00001:
+// model-00001.zt). Shard names are single path elements by their rules.
+func ShardPath(root, name string) string {
+	dir, base := filepath.Split(root)
+	stem := base
+	if ext := filepath.Ext(base); ext != base {
+		stem = base[:len(base)-len(ext)]
+	}
+	return filepath.Join(dir, stem+"-"+name+".zt")
+}
