@@ -66,8 +66,9 @@ func swapped(b []byte, unit int) []byte {
 
 // mixedCodecFile writes three messages (buffered and hashed; streaming with
 // descriptors first and preceders; buffered without hashes, after garbage)
-// whose objects use every codec ztfs decodes.
-func mixedCodecFile(t *testing.T) (string, []tgmCase) {
+// whose objects use every codec ztfs decodes; unpadded leaves out the
+// padding after every frame.
+func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 	t.Helper()
 	var cases [3][]tgmCase
 	add := func(m int, c tgmCase) { cases[m] = append(cases[m], c) }
@@ -161,7 +162,7 @@ func mixedCodecFile(t *testing.T) (string, []tgmCase) {
 
 	var file bytes.Buffer
 	for m, list := range cases {
-		msg := tensogram.Message{Hash: m != 2, Streaming: m == 1}
+		msg := tensogram.Message{Hash: m != 2, Streaming: m == 1, Unpadded: unpadded}
 		for _, c := range list {
 			msg.Objects = append(msg.Objects, c.obj)
 		}
@@ -180,7 +181,7 @@ func mixedCodecFile(t *testing.T) (string, []tgmCase) {
 }
 
 func TestTensogramMixedCodecsThroughMount(t *testing.T) {
-	path, cases := mixedCodecFile(t)
+	path, cases := mixedCodecFile(t, false)
 	mnt, s := mountFixture(t, path, session.Options{})
 	checkWholeTree(t, mnt, s.Tree)
 	if w := s.Container.Warnings; len(w) != 1 || !strings.Contains(w[0], "outside any message") { // the garbage
@@ -246,9 +247,39 @@ func TestTensogramMixedCodecsThroughMount(t *testing.T) {
 	}
 }
 
+// Frames without padding between them, and postambles right after the
+// last frame, mount as padded ones do: every tensor.npy holds its values.
+func TestTensogramUnpaddedThroughMount(t *testing.T) {
+	path, cases := mixedCodecFile(t, true)
+	mnt, s := mountFixture(t, path, session.Options{})
+	if w := s.Container.Warnings; len(w) != 1 || !strings.Contains(w[0], "outside any message") { // the garbage only
+		t.Errorf("warnings %v", w)
+	}
+	offGrid := 0
+	for _, m := range s.Container.Attributes["messages"].([]any) {
+		if m.(map[string]any)["length"].(uint64)%8 != 0 {
+			offGrid++
+		}
+	}
+	if offGrid == 0 {
+		t.Error("every message length is a multiple of 8: padding was not left out")
+	}
+	for _, c := range cases {
+		content, err := os.ReadFile(filepath.Join(mnt, "tensors", filepath.FromSlash(c.name), "tensor.npy"))
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		hdr, err := npy.Parse(content)
+		if err != nil || hdr.Descr != c.descr || !bytes.Equal(content[hdr.DataOffset:], c.want) {
+			t.Errorf("%s: header %+v, %v, or tensor.npy data differs", c.name, hdr, err)
+		}
+	}
+}
+
 // A damaged data frame makes that object's files EIO; the others read.
 func TestTensogramHashMismatchIsEIO(t *testing.T) {
-	path, cases := mixedCodecFile(t)
+	path, cases := mixedCodecFile(t, false)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -229,12 +229,76 @@ func (f *file) delimit(start uint64, pre preamble) (length uint64, reason string
 	return length, "", nil
 }
 
+// nextStructure returns where the structure after a frame that ends at e
+// starts: the next frame header or the postamble. Padding after a frame is
+// optional on the wire, and writers that pad write zeros up to the next
+// multiple of 8 counted from the message start, so it starts either at e
+// or at that grid position g. The bytes decide:
+//   - a non-zero byte at e is not padding: the next structure is at e
+//     (also when g holds "FR" too, inside that structure);
+//   - a zero byte at e cannot start a frame but can start a postamble, whose
+//     first_footer_offset begins with zero bytes: isPostamble(e) decides,
+//     or, when isPostamble is nil, limit is where the postamble is;
+//   - otherwise bytes [e, g) are padding if they are all zero and g is
+//     within limit; if not, they are not padding and e is returned, for
+//     the caller to skip or refuse what is there.
+//
+// It reads at most 7 bytes here, plus what isPostamble reads.
+func (f *file) nextStructure(start, e, limit uint64, isPostamble func(uint64) (bool, error)) (uint64, error) {
+	g := e + (start-e)&7 // (start-e)&7 is -(e-start) mod 8
+	if g == e || g > limit {
+		return e, nil
+	}
+	gap, err := f.read(e, g-e)
+	if err != nil || gap[0] != 0 {
+		return e, err
+	}
+	if isPostamble != nil {
+		if post, err := isPostamble(e); err != nil || post {
+			return e, err
+		}
+	}
+	if !allZero(gap) {
+		return e, nil
+	}
+	return g, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mayBePostamble reports whether a streaming message's postamble can be at
+// p: the end magic, a first_footer_offset and a total_length that some
+// message starting before p could hold. It does not depend on where that
+// message starts (see frameChainEnd); delimit checks the postamble against
+// the message once its start and end are known.
+func (f *file) mayBePostamble(p uint64) (bool, error) {
+	if f.size-p < postambleSize {
+		return false, nil
+	}
+	b, err := f.read(p, postambleSize)
+	if err != nil {
+		return false, err
+	}
+	firstFooter := binary.BigEndian.Uint64(b[0:8])
+	total := binary.BigEndian.Uint64(b[8:16])
+	return string(b[16:]) == endMagic && firstFooter >= preambleSize && firstFooter <= p &&
+		(total == 0 || total >= minMessage && total <= p+postambleSize), nil
+}
+
 // frameChainEnd follows the frames after the preamble at start to the
 // first position that does not start a frame, or says why the chain
 // breaks. Where a chain goes depends only on the position and its phase on
-// the message's 8-byte grid, so every walked position is remembered:
-// preambles inside frame bodies of a hostile file would otherwise walk the
-// same chain again each, quadratic in the file size.
+// the message's 8-byte grid (nextStructure needs no more, nor does
+// mayBePostamble), so every walked position is remembered: preambles inside
+// frame bodies of a hostile file would otherwise walk the same chain again
+// each, quadratic in the file size.
 func (f *file) frameChainEnd(start uint64) (end uint64, reason string, err error) {
 	if f.chains == nil {
 		f.chains = make(map[walkPos]chainEnd)
@@ -273,16 +337,17 @@ func (f *file) frameChainEnd(start uint64) (end uint64, reason string, err error
 		if flen < 28 || flen > f.size-pos {
 			return remember(chainEnd{reason: fmt.Sprintf("the frame at offset %d has an impossible length %d", pos, flen)})
 		}
-		pos = start + align8(pos+flen-start)
-		if pos > f.size {
-			return remember(chainEnd{reason: "it ends before its postamble (cut off while being written?)"})
+		if pos, err = f.nextStructure(start, pos+flen, f.size, f.mayBePostamble); err != nil {
+			return 0, "", err
 		}
 	}
 }
 
 // walk returns the frames of the message [start, start+length), checking
-// their framing. Bytes between frames that do not start a frame are skipped
-// as upstream readers skip them; skipped reports how many were not zero.
+// their framing. Each frame is followed by the next or by the postamble,
+// with or without padding (nextStructure). Bytes between frames that do not
+// start a frame are skipped as upstream readers skip them; skipped reports
+// how many were not zero.
 func (f *file) walk(start, length uint64) (frames []frame, skipped uint64, err error) {
 	end := start + length - postambleSize
 	pos := start + preambleSize
@@ -340,7 +405,9 @@ func (f *file) walk(start, length uint64) (frames []frame, skipped uint64, err e
 			fr.cborOffset = binary.BigEndian.Uint64(tail[:8])
 		}
 		frames = append(frames, fr)
-		pos = start + align8(pos+fr.len-start)
+		if pos, err = f.nextStructure(start, pos+fr.len, end, nil); err != nil {
+			return nil, 0, err
+		}
 	}
 	return frames, skipped, nil
 }

@@ -25,7 +25,28 @@ func FuzzOpen(f *testing.F) {
 		}
 		if len(b) < 8192 {
 			f.Add(b)
+			// The same file without padding after its frames.
+			u, _, err := unpadFile(b, nil)
+			if err != nil {
+				f.Fatalf("%s: %v", name, err)
+			}
+			f.Add(u)
 		}
+	}
+	for _, m := range []Message{
+		{Hash: true, Unpadded: true},
+		{Streaming: true, Hash: true, Unpadded: true},
+		{Streaming: true, BackfillLength: true, Unpadded: true},
+	} {
+		m.Objects = []Object{
+			{DType: "uint8", Shape: []uint64{3}, Data: []byte{1, 2, 3}},
+			{DType: "int16", Shape: []uint64{1}, Data: []byte{4, 5}, Preceder: m.Streaming},
+		}
+		b, err := EncodeMessage(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, file []byte) {
 		c, err := open(file)

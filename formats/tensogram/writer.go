@@ -25,7 +25,8 @@ import (
 // Tensogram 0.21 to 0.24 (specs/tensogram.md §2, dialect D): no top-level
 // "version" key, sp_-prefixed simple_packing parameters and, when hashing,
 // the per-frame HASH_PRESENT flag on every frame. Frames, padding, index
-// and hash frames are laid out as upstream's buffered encoder
+// and hash frames are laid out (unless Message.Unpadded asks for no
+// padding) as upstream's buffered encoder
 // (framing.rs encode_message) and streaming encoder (streaming.rs) lay
 // them out, and every CBOR item is canonical in upstream's sense: map keys
 // sorted by their encoded bytes, shortest integers and floats. Given the
@@ -144,6 +145,31 @@ type Message struct {
 	// HASH_PRESENT flag, and adds a hash frame (header hash when buffered,
 	// footer hash when streaming; none when there are no objects).
 	Hash bool
+	// Unpadded leaves out the zero padding that upstream writes after
+	// every frame: each frame, and the postamble, starts right after the
+	// previous frame's ENDF, so frames sit off the 8-byte grid and the
+	// message length need not be a multiple of 8. The wire format makes
+	// padding optional, so readers must accept such messages; no upstream
+	// writer leaves it out, and this option exists to test readers.
+	// Index offsets and first_footer_offset point where the frames are.
+	Unpadded bool
+}
+
+// next is where the writer puts the structure after one that ends at pos
+// (message-relative): the next multiple of 8, or pos itself when unpadded.
+func (m *Message) next(pos uint64) uint64 {
+	if m.Unpadded {
+		return pos
+	}
+	return align8(pos)
+}
+
+// pad appends the padding after a structure; b starts at a message start.
+func (m *Message) pad(b []byte) []byte {
+	if m.Unpadded {
+		return b
+	}
+	return pad8(b)
 }
 
 // EncodeMessage returns the bytes of one message. Messages are
@@ -192,8 +218,8 @@ func WriteMessage(w io.Writer, m Message) error {
 
 // encodeBuffered lays a message out as upstream's buffered encoder does:
 // preamble, header metadata, header index, header hash, data frames, each
-// padded to 8 bytes, then the postamble (first_footer_offset pointing at
-// itself).
+// padded to 8 bytes (unless m.Unpadded), then the postamble
+// (first_footer_offset pointing at itself).
 func encodeBuffered(m Message) ([]byte, error) {
 	objs := make([]*encodedObject, len(m.Objects))
 	base := make([]any, len(m.Objects))
@@ -233,13 +259,13 @@ func encodeBuffered(m Message) ([]byte, error) {
 			lengths[i] = uint64(len(o.frame))
 		}
 		for round := 0; ; round++ {
-			pos := align8(preambleSize + uint64(len(metaFrame)))
-			pos = align8(pos + uint64(len(indexFrame)))
-			pos = align8(pos + uint64(len(hashFrame)))
+			pos := m.next(preambleSize + uint64(len(metaFrame)))
+			pos = m.next(pos + uint64(len(indexFrame)))
+			pos = m.next(pos + uint64(len(hashFrame)))
 			offsets = offsets[:0]
 			for _, o := range objs {
 				offsets = append(offsets, pos)
-				pos = align8(pos + uint64(len(o.frame)))
+				pos = m.next(pos + uint64(len(o.frame)))
 			}
 			ix, err := indexCBOR(offsets, lengths)
 			if err != nil {
@@ -270,14 +296,14 @@ func encodeBuffered(m Message) ([]byte, error) {
 	out := appendPreamble(nil, flags)
 	for _, f := range [][]byte{metaFrame, indexFrame, hashFrame} {
 		if f != nil {
-			out = pad8(append(out, f...))
+			out = m.pad(append(out, f...))
 		}
 	}
 	for i, o := range objs {
 		if uint64(len(out)) != offsets[i] {
 			return nil, fmt.Errorf("internal error: object %d lands at %d, indexed at %d", i, len(out), offsets[i])
 		}
-		out = pad8(append(out, o.frame...))
+		out = m.pad(append(out, o.frame...))
 	}
 	out = appendPostamble(out, uint64(len(out)))
 	total := uint64(len(out))
@@ -294,6 +320,7 @@ func encodeBuffered(m Message) ([]byte, error) {
 type StreamEncoder struct {
 	w        io.Writer
 	hash     bool
+	unpadded bool
 	extra    map[string]any
 	reserved map[string]any
 	backfill io.WriteSeeker
@@ -308,8 +335,8 @@ type StreamEncoder struct {
 }
 
 // NewStreamEncoder starts a streaming message on w and writes its preamble
-// and header metadata frame. Of m it uses Extra, Reserved, Hash and
-// BackfillLength; m.Objects must be empty (write them with WriteObject).
+// and header metadata frame. Of m it uses Extra, Reserved, Hash, Unpadded
+// and BackfillLength; m.Objects must be empty (write them with WriteObject).
 // BackfillLength needs w to be an io.WriteSeeker positioned at the start
 // of the message.
 func NewStreamEncoder(w io.Writer, m Message) (*StreamEncoder, error) {
@@ -320,7 +347,7 @@ func NewStreamEncoder(w io.Writer, m Message) (*StreamEncoder, error) {
 }
 
 func newStreamEncoder(w io.Writer, m Message, headerBase []any) (*StreamEncoder, error) {
-	e := &StreamEncoder{w: w, hash: m.Hash, extra: m.Extra, reserved: reservedOrDefault(m.Reserved)}
+	e := &StreamEncoder{w: w, hash: m.Hash, unpadded: m.Unpadded, extra: m.Extra, reserved: reservedOrDefault(m.Reserved)}
 	if m.BackfillLength {
 		ws, ok := w.(io.WriteSeeker)
 		if !ok {
@@ -443,9 +470,12 @@ func (e *StreamEncoder) write(b []byte) {
 	e.pos += uint64(len(b))
 }
 
-// writeFrame writes a frame and the zero padding after it.
+// writeFrame writes a frame and the zero padding after it, if any.
 func (e *StreamEncoder) writeFrame(frame []byte) {
 	e.write(frame)
+	if e.unpadded {
+		return
+	}
 	var zero [8]byte
 	e.write(zero[:align8(e.pos)-e.pos])
 }
