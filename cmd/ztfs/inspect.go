@@ -46,6 +46,9 @@ func runInspect(source string, asJSON, verify bool, opts session.Options, stdout
 		return withCode(exitError, err)
 	}
 	defer s.Close()
+	for _, w := range s.Container.Warnings {
+		fmt.Fprintf(stderr, "ztfs: %s: warning: %s\n", source, w)
+	}
 	if asJSON {
 		manifest, err := s.Tree.Manifest()
 		if err != nil {
@@ -130,7 +133,10 @@ func verifyDigests(w io.Writer, source string, s *session.Session) error {
 			decoded = s.Pipeline.Component(first.Tensor, first.Component)
 		}
 		where := d.Where()
-		err := d.Check(s.Sources[d.Source], decoded)
+		err := s.Pipeline.SourceError(d.Source)
+		if err == nil {
+			err = d.Check(s.Sources[d.Source], decoded)
+		}
 		switch verify.Classify(err) {
 		case verify.OK:
 			checked++

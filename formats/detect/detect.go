@@ -4,6 +4,7 @@ package detect
 
 import (
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
@@ -15,6 +16,11 @@ import (
 
 // headSize is how much of a file detection looks at.
 const headSize = 64
+
+// minContainer is the size of the smallest file of any format: a zTensor
+// v2 magic and footer. (An empty zTensor v0.1 index is 17 bytes, but starts
+// with a magic detection would have recognised.)
+const minContainer = 48
 
 // Format names the format of a file starting with head and of the given size,
 // or returns "" when no reader claims it.
@@ -39,7 +45,16 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if _, err := r.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	switch f := Format(head, size); f {
+	f := Format(head, size)
+	if f == "" && size >= 8 {
+		// A zTensor v2 file whose first bytes are damaged still ends in
+		// the magic; its reader names the damage.
+		tail := make([]byte, 8)
+		if _, err := r.ReadAt(tail, size-8); err == nil && ztensor.SniffTail(tail) {
+			f = "ztensor"
+		}
+	}
+	switch f {
 	case "ztensor":
 		return ztensor.Open(r, size)
 	case "safetensors":
@@ -51,6 +66,9 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	}
 	if size == 0 {
 		return nil, errors.New("unknown format: the file is empty")
+	}
+	if size < minContainer {
+		return nil, fmt.Errorf("unknown format: %d bytes is too small to be a container (the smallest, an empty zTensor v2 file, has %d)", size, minContainer)
 	}
 	return nil, errors.New("unknown format: not zTensor, safetensors, Tensogram or MCF")
 }

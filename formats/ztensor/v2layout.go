@@ -233,7 +233,7 @@ func sparseValues(values *v2Part) (formats.Array, string) {
 	d, _ := values.elem()
 	w := d.Width()
 	why := firstReason(values.unknownType(), values.undecodable())
-	if why == "" && w == 0 {
+	if why == "" && w == 0 && d != formats.F4E2M1 {
 		why = fmt.Sprintf("part \"values\": packed %s values are not supported in sparse tensors", d)
 	}
 	return formats.Array{Role: values.name, DType: d, Stride: uint64(w), Exact: true}, why

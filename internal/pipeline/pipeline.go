@@ -39,9 +39,15 @@ type Options struct {
 	// that cannot be verified. Nil discards them.
 	Logf func(format string, args ...any)
 	// FileDigests are digests of whole source files, by their number ("" for
-	// none): with VerifyAll, a file's digest is checked before the first
-	// byte of any component stored in it is served.
+	// none): a file's digest is checked before the first byte of any
+	// component stored in it is served, unless verification is off. Such a
+	// digest is a shard's identity (its root names the file by it), so it
+	// is checked by default, once, on first use rather than at open.
 	FileDigests []string
+	// SourceErrors say why source files could not be opened (nil for those
+	// that were); their entries in the sources given to New are nil, and
+	// every component stored in one fails with its error.
+	SourceErrors []error
 }
 
 // VerifyMode says which recorded digests a pipeline checks.
@@ -78,7 +84,7 @@ type Pipeline struct {
 // New returns the pipeline of the source files of one container: srcs[0]
 // is the container's own file, srcs[k] the file Component.Source k names.
 func New(srcs []*Source, opts Options) (*Pipeline, error) {
-	if len(srcs) == 0 {
+	if len(srcs) == 0 || srcs[0] == nil {
 		return nil, errors.New("pipeline: no source")
 	}
 	if opts.Cache == nil {
@@ -112,10 +118,21 @@ func (p *Pipeline) Close() { p.pool.close() }
 // own first.
 func (p *Pipeline) Sources() []*Source { return p.srcs }
 
-// source returns source file k, or an error naming the number.
+// SourceError says why source file k cannot be read, nil when it can.
+func (p *Pipeline) SourceError(k int) error {
+	_, err := p.source(k)
+	return err
+}
+
+// source returns source file k, or why it cannot be read.
 func (p *Pipeline) source(k int) (*Source, error) {
-	if k < 0 || k >= len(p.srcs) {
+	switch {
+	case k < 0 || k >= len(p.srcs):
 		return nil, fmt.Errorf("source file %d does not exist (the container has %d)", k, len(p.srcs))
+	case p.srcs[k] == nil && k < len(p.opts.SourceErrors) && p.opts.SourceErrors[k] != nil:
+		return nil, p.opts.SourceErrors[k]
+	case p.srcs[k] == nil:
+		return nil, fmt.Errorf("source file %d is not open", k)
 	}
 	return p.srcs[k], nil
 }
@@ -139,6 +156,10 @@ func (p *Pipeline) componentLocked(t *formats.Tensor, c *formats.Component) Read
 
 func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reader {
 	src, err := p.source(c.Source)
+	if err != nil && c.Size >= 0 {
+		// The index still tells the size: stat works, reads fail.
+		return unreadable{size: c.Size, err: err}
+	}
 	if err != nil {
 		return failing{err}
 	}
@@ -197,7 +218,7 @@ func (p *Pipeline) decodedVerdict(t *formats.Tensor, c *formats.Component, decod
 // fileVerdictLocked returns the shared check of source file k's whole-file
 // digest, nil when none is to be checked.
 func (p *Pipeline) fileVerdictLocked(k int) *verdict {
-	if p.opts.Verify != VerifyAll || k >= len(p.opts.FileDigests) || p.opts.FileDigests[k] == "" {
+	if p.opts.Verify == VerifyNone || k >= len(p.opts.FileDigests) || p.opts.FileDigests[k] == "" || p.srcs[k] == nil {
 		return nil
 	}
 	src := p.srcs[k]
@@ -548,6 +569,16 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	}
 	return withContext(&region{src: src, off: int64(f.Offset), len: int64(f.Length)}, fmt.Sprintf("file %q", f.Name))
 }
+
+// unreadable is a reader of a known size whose reads fail with one error:
+// a component whose source file cannot be opened.
+type unreadable struct {
+	size int64
+	err  error
+}
+
+func (u unreadable) Size() (int64, error)              { return u.size, nil }
+func (u unreadable) ReadAt([]byte, int64) (int, error) { return 0, u.err }
 
 // failing is a reader whose every use fails with one error.
 type failing struct{ err error }

@@ -14,15 +14,21 @@ const entryChunk = 32 << 10
 
 // array reads the elements of a formats.Array from a decoded component.
 type array struct {
-	spec  formats.Array
-	r     Reader
-	width uint64
-	base  uint64 // byte offset of element 0, fixed once nnz is known
-	count uint64
+	spec formats.Array
+	// nibbles marks 4-bit elements packed two to a byte (width 0).
+	nibbles bool
+	r       Reader
+	width   uint64
+	base    uint64 // byte offset of element 0, fixed once nnz is known
+	count   uint64
 }
 
-// bytes returns elements [i, i+n) packed contiguously.
+// bytes returns elements [i, i+n) packed contiguously (nibbles: two to a
+// byte, element i in the low nibble of the first).
 func (a *array) bytes(i, n uint64) ([]byte, error) {
+	if a.nibbles {
+		return a.nibbleBytes(i, n)
+	}
 	out := make([]byte, n*a.width)
 	if n == 0 {
 		return out, nil
@@ -89,6 +95,27 @@ func (a *array) indexes(i, n uint64) ([]uint64, error) {
 	return out, nil
 }
 
+// nibbleBytes is bytes for 4-bit elements packed two to a byte, low
+// nibble first, with no stride: a run starting at an odd element is
+// shifted to start at a low nibble.
+func (a *array) nibbleBytes(i, n uint64) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	first, last := a.base+i/2, a.base+(i+n-1)/2
+	raw := make([]byte, last-first+2) // one spare zero byte for the shift
+	if err := readFull(a.r, raw[:last-first+1], int64(first)); err != nil {
+		return nil, err
+	}
+	if i%2 == 0 {
+		return raw, nil
+	}
+	for k := 0; k+1 < len(raw); k++ {
+		raw[k] = raw[k]>>4 | raw[k+1]<<4
+	}
+	return raw, nil
+}
+
 // bind fixes the array's position for nnz stored values and checks that its
 // count elements lie inside the component.
 func (a *array) bind(nnz, count uint64) error {
@@ -103,7 +130,10 @@ func (a *array) bind(nnz, count uint64) error {
 		return err
 	}
 	end := base
-	if count > 0 {
+	switch {
+	case a.nibbles:
+		end += count/2 + count%2 // cannot overflow: base is 0 for these
+	case count > 0:
 		hi, span := bits.Mul64(count-1, a.spec.Stride)
 		var carry uint64
 		end, carry = bits.Add64(base, span+a.width, 0)
@@ -215,7 +245,8 @@ func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blo
 
 func newArray(spec formats.Array, integer bool, readers func(role string) (Reader, error)) (*array, error) {
 	info, ok := spec.DType.Info()
-	if !ok || info.Bits%8 != 0 {
+	nibbles := ok && !integer && info.Bits == 4 && spec.Stride == 0 && spec.Offset == (formats.Affine{})
+	if !ok || info.Bits%8 != 0 && !nibbles {
 		return nil, fmt.Errorf("component %q: dtype %q cannot be read as sparse entries", spec.Role, spec.DType)
 	}
 	if integer && info.Kind != formats.KindSigned && info.Kind != formats.KindUnsigned {
@@ -229,7 +260,7 @@ func newArray(spec formats.Array, integer bool, readers func(role string) (Reade
 	if spec.Stride < width {
 		return nil, fmt.Errorf("component %q: stride %d is narrower than the %d-byte elements", spec.Role, spec.Stride, width)
 	}
-	return &array{spec: spec, r: r, width: width}, nil
+	return &array{spec: spec, r: r, width: width, nibbles: nibbles}, nil
 }
 
 func (s *sparse) size() (int64, error) { return int64(s.total * s.outBytes), nil }
@@ -251,6 +282,15 @@ func (s *sparse) validate() error {
 	}
 	if err := s.values.bind(s.nnz, s.nnz); err != nil {
 		return err
+	}
+	if s.strict && s.values.nibbles && s.nnz%2 == 1 {
+		last, err := s.values.nibbleBytes(s.nnz-1, 1)
+		if err != nil {
+			return err
+		}
+		if last[0]>>4 != 0 {
+			return fmt.Errorf("values: the unused high nibble of the last byte is not zero (rule LayoutData)")
+		}
 	}
 	if s.indptr != nil {
 		return s.validateCSR()

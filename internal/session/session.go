@@ -40,7 +40,8 @@ type Options struct {
 // Session is one opened container.
 type Session struct {
 	// Sources are the files the container is read from: its own first,
-	// then its shards in the order of Container.Shards.
+	// then its shards in the order of Container.Shards; nil for a shard
+	// that could not be used (Container.Warnings says why).
 	Sources   []*pipeline.Source
 	Container *formats.Container
 	Cache     *cache.Cache
@@ -101,18 +102,23 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 	}
 	infos := []tree.SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
 	digests := []string{""}
+	missing := []error{nil}
 	for _, sh := range c.Shards {
 		info, err := s.openShard(c, sh, path, opts.Guard)
 		if err != nil {
-			return err
+			// The root is valid without its shards: what they hold reads
+			// as EIO, with this reason, and the mount says so at once.
+			c.Warnings = append(c.Warnings, err.Error()+"; its tensors read as errors")
+			info.Error = err.Error()
 		}
 		infos = append(infos, info)
 		digests = append(digests, sh.Digest)
+		missing = append(missing, err)
 	}
 	s.Container = c
 	s.Cache = cache.New(opts.CacheSize)
 	p, err := pipeline.New(s.Sources, pipeline.Options{Cache: s.Cache, BlockSize: opts.BlockSize, Verify: opts.Verify,
-		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests})
+		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests, SourceErrors: missing})
 	if err != nil {
 		return err
 	}
@@ -129,35 +135,54 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 // openShard opens shard sh of container c read from root: where the
 // format's convention puts it, with the exact size c records, and a valid
 // container of c's format and version itself. Its digest, the costly rung,
-// is checked when asked (Options.Verify, `ztfs verify`).
+// is checked on first use (pipeline.Options.FileDigests). On failure the
+// shard's place in Sources is nil and the error names the shard.
 func (s *Session) openShard(c *formats.Container, sh *formats.Shard, root string, guard bool) (tree.SourceInfo, error) {
 	path := sh.Locate(root)
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("shard %q (%s): %s", sh.Name, path, fmt.Sprintf(format, args...))
+	info := tree.SourceInfo{Path: path, Size: sh.Size, Format: c.Format, FormatVersion: c.FormatVersion, Shard: sh.Name}
+	fail := func(format string, args ...any) (tree.SourceInfo, error) {
+		s.Sources[len(s.Sources)-1] = nil
+		return info, fmt.Errorf("shard %q (%s): %s", sh.Name, path, fmt.Sprintf(format, args...))
 	}
 	src, err := s.openSource(path, guard)
 	if err != nil {
+		s.Sources = append(s.Sources, nil)
 		if errors.Is(err, os.ErrNotExist) {
-			return tree.SourceInfo{}, fail("%v: the shard table names it, and shards are looked for next to the root file as %s", err, filepath.Base(path))
+			return fail("%v: the root's shard table names it, and shards are looked for next to the root as %s", err, filepath.Base(path))
 		}
-		return tree.SourceInfo{}, fail("%v", err)
+		return fail("%v", err)
 	}
 	if src.Size() != sh.Size {
-		return tree.SourceInfo{}, fail("the file is %d bytes, the shard table says %d (rule ShardIdentity)", src.Size(), sh.Size)
+		src.Close()
+		return fail("the file is %d bytes, the shard table says %d (rule ShardIdentity)", src.Size(), sh.Size)
 	}
 	sc, err := detect.Open(src, src.Size())
 	if err != nil {
-		return tree.SourceInfo{}, fail("%v (rule ShardIdentity)", err)
+		src.Close()
+		return fail("%v (rule ShardIdentity)", err)
 	}
 	if sc.Format != c.Format || sc.FormatVersion != c.FormatVersion {
-		return tree.SourceInfo{}, fail("a %s %s file cannot be a shard of a %s %s file (rule ShardIdentity)", sc.Format, sc.FormatVersion, c.Format, c.FormatVersion)
+		src.Close()
+		return fail("a %s %s file cannot be a shard of a %s %s file (rule ShardIdentity)", sc.Format, sc.FormatVersion, c.Format, c.FormatVersion)
 	}
-	return tree.SourceInfo{Path: path, Size: src.Size(), Format: sc.Format, FormatVersion: sc.FormatVersion, Shard: sh.Name}, nil
+	return info, nil
+}
+
+// opened returns the source files that are open: all but shards that
+// could not be used.
+func (s *Session) opened() []*pipeline.Source {
+	out := make([]*pipeline.Source, 0, len(s.Sources))
+	for _, src := range s.Sources {
+		if src != nil {
+			out = append(out, src)
+		}
+	}
+	return out
 }
 
 // CheckNow reports a change of any source file since it was opened.
 func (s *Session) CheckNow() error {
-	for _, src := range s.Sources {
+	for _, src := range s.opened() {
 		if err := src.CheckNow(); err != nil {
 			return err
 		}
@@ -168,7 +193,7 @@ func (s *Session) CheckNow() error {
 // Check is CheckNow at most every so often per file
 // (pipeline.Source.Check).
 func (s *Session) Check() error {
-	for _, src := range s.Sources {
+	for _, src := range s.opened() {
 		if err := src.Check(); err != nil {
 			return err
 		}
@@ -179,7 +204,7 @@ func (s *Session) Check() error {
 // OnChange arranges for f to run when a change of a guarded source file
 // is first seen (once per file that changes).
 func (s *Session) OnChange(f func(error)) {
-	for _, src := range s.Sources {
+	for _, src := range s.opened() {
 		src.OnChange(f)
 	}
 }
@@ -187,7 +212,7 @@ func (s *Session) OnChange(f func(error)) {
 // ModTime returns the latest modification time of the source files.
 func (s *Session) ModTime() time.Time {
 	var t time.Time
-	for _, src := range s.Sources {
+	for _, src := range s.opened() {
 		if m := src.ModTime(); m.After(t) {
 			t = m
 		}
@@ -205,7 +230,7 @@ func (s *Session) Close() error {
 
 func (s *Session) closeSources() error {
 	var first error
-	for _, src := range s.Sources {
+	for _, src := range s.opened() {
 		if err := src.Close(); err != nil && first == nil {
 			first = err
 		}

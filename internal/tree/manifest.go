@@ -41,6 +41,9 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 		if s.Shard != "" {
 			w.strField("shard", s.Shard)
 		}
+		if s.Error != "" {
+			w.strField("error", s.Error)
+		}
 		w.close('}')
 	}
 	w.close(']')

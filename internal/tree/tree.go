@@ -107,6 +107,9 @@ type Tree struct {
 	manifest lazyBytes
 }
 
+// Source describes source file k of the tree.
+func (t *Tree) Source(k int) SourceInfo { return t.sources[k] }
+
 // SourceInfo describes one source file of a tree for manifest.json.
 type SourceInfo struct {
 	Path                  string
@@ -115,6 +118,8 @@ type SourceInfo struct {
 	// Shard is the file's label in the container's shard table, "" for the
 	// container's own file.
 	Shard string
+	// Error says why the file could not be used, "" when it is.
+	Error string
 }
 
 // Manifest returns the content of manifest.json, writing it on first use.

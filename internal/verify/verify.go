@@ -145,7 +145,7 @@ func (v *verifier) run(path string) *Report {
 	}
 	for _, d := range digests {
 		if d.Shard != "" {
-			r.Shards = append(r.Shards, ShardResult{Name: d.Shard, Path: v.files[d.Source].src.Path(), Digest: v.check(d)})
+			r.Shards = append(r.Shards, ShardResult{Name: d.Shard, Path: v.s.Tree.Source(d.Source).Path, Digest: v.check(d)})
 		}
 	}
 	v.summarize(r, len(digests))
@@ -158,7 +158,7 @@ func (v *verifier) run(path string) *Report {
 func (v *verifier) plan(digests []*Digest) int64 {
 	var n int64
 	for _, d := range digests {
-		if d.Region.Within(v.files[d.Source].Size()) {
+		if f := v.files[d.Source]; f.src != nil && d.Region.Within(f.Size()) {
 			n = addSat(n, int64(d.Region.Length)) // stored ones; decoded are planned with their files
 		}
 	}
@@ -255,9 +255,12 @@ func (v *verifier) check(d *Digest) *DigestResult {
 		first := d.Covers[0]
 		decoded = &countingReader{Reader: v.s.Pipeline.Component(first.Tensor, first.Component), v: v}
 	}
-	err := d.Check(v.files[d.Source], decoded)
+	err := v.s.Pipeline.SourceError(d.Source)
+	if err == nil {
+		err = d.Check(v.files[d.Source], decoded)
+	}
 	hashed := v.hashed - before
-	if !d.Decoded && d.Region.Within(v.files[d.Source].Size()) {
+	if f := v.files[d.Source]; f.src != nil && !d.Decoded && d.Region.Within(f.Size()) {
 		v.progress.Expect(hashed - int64(d.Region.Length)) // what an early stop left out
 	}
 	res := &DigestResult{Value: d.Text, Result: Classify(err), Source: d.Source, Decoded: d.Decoded,
