@@ -78,6 +78,10 @@ func open(src *pipeline.Source, path string, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	// From here on every component's size is final: the tree shows it.
+	if err := pipeline.ResolveSizes(src, src.Size(), c, pipeline.MountDecodeLimit); err != nil {
+		return nil, err
+	}
 	blocks := cache.New(opts.CacheSize)
 	p, err := pipeline.New(src, pipeline.Options{Cache: blocks, BlockSize: opts.BlockSize, Verify: opts.Verify, NPYFloat16: opts.NPYFloat16, Logf: opts.Logf})
 	if err != nil {
