@@ -76,6 +76,9 @@ type Tensor struct {
 	Logical Logical
 	// Unsupported explains a nil Logical in one phrase.
 	Unsupported string
+	// SizeLinks relate the sizes of components that the index leaves
+	// unknown (see SizeLink), for the session to learn them.
+	SizeLinks []SizeLink
 }
 
 // Component returns the component with the given role, or nil.
@@ -138,8 +141,10 @@ type Component struct {
 	DigestDecoded bool
 	// BigEndian marks elements stored big-endian; the pipeline swaps them.
 	BigEndian bool
-	// Size is the decoded size in bytes, or -1 when only decoding the stream
-	// tells (then MaxSize caps it).
+	// Size is the decoded size in bytes. A reader sets -1 when neither the
+	// index nor the layout tells it (then MaxSize caps it); the session
+	// learns every such size before the tree is built
+	// (pipeline.ResolveSizes), so that the tree sees only sizes >= 0.
 	Size int64
 	// MaxSize caps the decoded size when Size is -1.
 	MaxSize uint64

@@ -94,29 +94,21 @@ func printTable(w io.Writer, source string, c *formats.Container) {
 	fmt.Fprintln(tw, "NAME\tSHAPE\tDTYPE\tLAYOUT\tSTORED\tDECODED\tENCODING\tNOTE")
 	for _, t := range c.Tensors {
 		var stored uint64
-		decoded, known := int64(0), true
+		var decoded int64 // sizes are final once the session is open
 		encodings := []string{}
 		for _, comp := range t.Components {
 			stored += comp.Length
-			if comp.Size < 0 {
-				known = false
-			} else {
-				decoded += comp.Size
-			}
+			decoded += comp.Size
 			if !slices.Contains(encodings, string(comp.Encoding)) {
 				encodings = append(encodings, string(comp.Encoding))
 			}
-		}
-		decodedText := "?"
-		if known {
-			decodedText = humanSize(decoded)
 		}
 		note := ""
 		if t.Logical == nil {
 			note = "no tensor.npy: " + t.Unsupported
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printableName(t.Name), shapeText(t.Shape), t.DType, t.Layout,
-			humanSize(int64(stored)), decodedText, strings.Join(encodings, "+"), note)
+			humanSize(int64(stored)), humanSize(decoded), strings.Join(encodings, "+"), note)
 	}
 	tw.Flush()
 }

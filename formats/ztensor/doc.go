@@ -6,7 +6,11 @@
 // (bad magic, a manifest that does not fit, misaligned or out-of-bounds
 // components, sizes that contradict the shape) and is lenient about
 // vocabulary: an unknown dtype, encoding, logical type or format makes only
-// the tensor using it unsupported.
+// the tensor using it unsupported. It also gives components the decoded
+// sizes their layout fixes where the index does not state them (a CSR
+// indptr from the rows, quantized components from the convention, one
+// sparse stream from the other), and links the sizes that follow from one
+// count only decoding tells (formats.SizeLink), for the session to learn.
 //
 // Writer writes v1.1 files as the reference writer lays them out, streaming
 // every component so that tensors of any size pass through in constant

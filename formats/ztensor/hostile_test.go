@@ -384,8 +384,18 @@ func TestLenient(t *testing.T) {
 				Indptr:  formats.Array{Role: "indptr", DType: formats.U8, Stride: 1, Exact: true},
 				NNZ:     formats.Count{Role: "values", Per: 1},
 			}, "", 3},
-		{"zstd sparse, size unknown", obj([]any{2, 3}, "sparse_coo", map[string]any{
+		{"zstd sparse, size from the raw coordinates", obj([]any{2, 3}, "sparse_coo", map[string]any{
 			"values": with(cmp("f32", 64, 9), "encoding", "zstd"), "coords": cmp("u64", 128, 48)}),
+			formats.F32, formats.SparseCOO{
+				Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
+				Coords: []formats.Array{
+					{Role: "coords", DType: formats.U64, Stride: 8},
+					{Role: "coords", DType: formats.U64, Offset: formats.Affine{PerNNZ: 8}, Stride: 8, Exact: true},
+				},
+				NNZ: formats.Count{Role: "values", Per: 4},
+			}, "", 12},
+		{"zstd sparse, size unknown", obj([]any{2, 3}, "sparse_coo", map[string]any{
+			"values": with(cmp("f32", 64, 9), "encoding", "zstd"), "coords": with(cmp("u64", 128, 20), "encoding", "zstd")}),
 			formats.F32, formats.SparseCOO{
 				Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
 				Coords: []formats.Array{

@@ -180,6 +180,10 @@ func (o *object) buildCSR(t *formats.Tensor) error {
 		if ok && (rows == math.MaxUint64 || entries != rows+1) {
 			return fmt.Errorf("component %q: %d entries for %d rows, want rows + 1", indptr.role, entries, rows)
 		}
+		if !ep.fallback && rows < math.MaxUint64 {
+			// rows + 1 entries, whatever else the tensor holds.
+			setSize(t.Component(indptr.role), rows+1, uint64(ep.dtype.Width()))
+		}
 	}
 	nv, okV, err := values.count(ev)
 	if err != nil {
@@ -210,7 +214,26 @@ func (o *object) buildCSR(t *formats.Tensor) error {
 		Indptr:  formats.Array{Role: indptr.role, DType: ep.dtype, Stride: wp, Exact: true},
 		NNZ:     formats.Count{Role: values.role, Per: wv},
 	}
+	if ev.fallback || ei.fallback {
+		return nil // an unknown type may pack its elements otherwise
+	}
+	// nnz values and nnz indices; the last of the rows + 1 indptr entries
+	// is nnz.
+	link := formats.SizeLink{Terms: []formats.Count{{Role: values.role, Per: wv}, {Role: indices.role, Per: wi}}}
+	if hi, last := bits.Mul64(o.shape[0], wp); hi == 0 && !ep.fallback {
+		link.Entry = &formats.Entry{Role: indptr.role, DType: ep.dtype, Offset: last}
+	}
+	t.AddSizeLink(link)
 	return nil
+}
+
+// setSize gives component c, if its size is unknown, the size of n
+// elements of width bytes, when that fits.
+func setSize(c *formats.Component, n, width uint64) {
+	hi, size := bits.Mul64(n, width)
+	if c.Size < 0 && hi == 0 && size <= math.MaxInt64 {
+		c.Size, c.MaxSize = int64(size), 0
+	}
 }
 
 func (o *object) buildCOO(t *formats.Tensor) error {
@@ -266,6 +289,10 @@ func (o *object) buildCOO(t *formats.Tensor) error {
 		Values: formats.Array{Role: values.role, DType: ev.dtype, Stride: wv, Exact: true},
 		Coords: cs,
 		NNZ:    formats.Count{Role: values.role, Per: wv},
+	}
+	if !ev.fallback && !ec.fallback {
+		// nnz values and ndim × nnz coordinates.
+		t.AddSizeLink(formats.SizeLink{Terms: []formats.Count{{Role: values.role, Per: wv}, {Role: coords.role, Per: ndim * wc}}})
 	}
 	return nil
 }

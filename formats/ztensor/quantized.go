@@ -18,15 +18,19 @@ import (
 // its components and the reason, never fails the file.
 func (o *object) buildQuantized(t *formats.Tensor) {
 	t.DType = formats.F32
-	l, why := o.groupQuantized()
+	var sz sizing
+	l, why := o.groupQuantized(&sz)
 	if why != "" {
 		t.Unsupported = "quantized_group: " + why
 		return
 	}
 	t.Logical = l
+	sz.apply(t)
 }
 
-func (o *object) groupQuantized() (formats.GroupQuantized, string) {
+// groupQuantized reads the convention's layout, checks the sizes the index
+// states against it and records in sz the sizes it fixes.
+func (o *object) groupQuantized(sz *sizing) (formats.GroupQuantized, string) {
 	var l formats.GroupQuantized
 	if why := o.unknownEncoding(); why != "" {
 		return l, why
@@ -90,7 +94,9 @@ func (o *object) groupQuantized() (formats.GroupQuantized, string) {
 		return l, err.Error()
 	}
 	if n == 0 {
-		return l, "" // nothing to dequantize; the sizes below are all zero
+		// Nothing to dequantize, and nothing checked: the components of
+		// an empty tensor may hold anything, so no size follows.
+		return l, ""
 	}
 	if n > 1<<58 {
 		return l, fmt.Sprintf("%d elements are too many", n) // keeps the sizes below exact
@@ -113,14 +119,14 @@ func (o *object) groupQuantized() (formats.GroupQuantized, string) {
 			}
 		}
 		groups := rows * ceil(cols, gs)
-		if why := sizeIs(packed, rows*ceil(cols, per)*cb, "packed_weight", fmt.Sprintf("%d rows of %d codes", rows, cols)); why != "" {
+		if why := sz.want(packed, rows*ceil(cols, per)*cb, fmt.Sprintf("%d rows of %d codes", rows, cols)); why != "" {
 			return l, why
 		}
-		if why := sizeIs(scales, groups*sw, "scales", fmt.Sprintf("%d groups", groups)); why != "" {
+		if why := sz.want(scales, groups*sw, fmt.Sprintf("%d groups", groups)); why != "" {
 			return l, why
 		}
 		if z := o.comp("zeros"); z != nil {
-			if why := sizeIs(z, groups*uint64(l.ZeroDType.Width()), "zeros", fmt.Sprintf("%d groups", groups)); why != "" {
+			if why := sz.want(z, groups*uint64(l.ZeroDType.Width()), fmt.Sprintf("%d groups", groups)); why != "" {
 				return l, why
 			}
 		}
@@ -130,18 +136,19 @@ func (o *object) groupQuantized() (formats.GroupQuantized, string) {
 		}
 		l.PackedAlongRows = true
 		rows = o.shape[0]
-		if why := sizeIs(packed, ceil(rows, per)*cols*cb, "packed_weight", fmt.Sprintf("%d×%d codes packed along the first dimension", rows, cols)); why != "" {
+		if why := sz.want(packed, ceil(rows, per)*cols*cb, fmt.Sprintf("%d×%d codes packed along the first dimension", rows, cols)); why != "" {
 			return l, why
 		}
 		if g := o.comp("g_idx"); g != nil {
 			if ge := g.elem(); ge.dtype != formats.I32 && ge.dtype != formats.U32 {
 				return l, fmt.Sprintf("g_idx of dtype %q: want i32", g.dtype)
 			}
-			if why := sizeIs(g, 4*rows, "g_idx", fmt.Sprintf("%d rows", rows)); why != "" {
+			if why := sz.want(g, 4*rows, fmt.Sprintf("%d rows", rows)); why != "" {
 				return l, why
 			}
 			l.GIdx = g.role
 		}
+		zeroRow := uint64(0) // bytes of zero points per group
 		if z := o.comp("zeros"); z != nil {
 			switch l.ZeroDType {
 			case formats.I32, formats.U32, formats.U8, formats.I8:
@@ -153,10 +160,15 @@ func (o *object) groupQuantized() (formats.GroupQuantized, string) {
 				if f, _ := o.attrs["checkpoint_format"].(string); f == "gptq_v2" {
 					l.ZeroOffset = 0
 				}
+				zeroRow = ceil(cols, per) * cb
 			case formats.F16, formats.BF16, formats.F32:
+				zeroRow = cols * uint64(l.ZeroDType.Width())
 			default:
 				return l, fmt.Sprintf("zeros of dtype %q: want packed i32 or a float type", z.dtype)
 			}
+		}
+		if why := o.gptqGroups(sz, l, scales, cols*sw, zeroRow, ceil(rows, gs)); why != "" {
+			return l, why
 		}
 	default:
 		return l, fmt.Sprintf("orientation %q is not \"rows\" or \"gptq\"", orientation)
@@ -164,14 +176,65 @@ func (o *object) groupQuantized() (formats.GroupQuantized, string) {
 	return l, ""
 }
 
-// sizeIs checks a raw component's length; encoded ones are checked when
-// decoded.
-func sizeIs(c *comp, want uint64, role, what string) string {
-	got, ok := c.decodedSize()
-	if ok && got != want {
-		return fmt.Sprintf("%s has %d bytes, %s need %d", role, got, what, want)
+// gptqGroups checks and records the sizes of a GPTQ tensor's scales and
+// zero points (zeroRow bytes per group, 0 without zeros): groups of
+// scaleRow bytes of scales each, as many as group_size gives, or with
+// g_idx as many as the scales hold, so that the scales fix the zeros and
+// the other way round.
+func (o *object) gptqGroups(sz *sizing, l formats.GroupQuantized, scales *comp, scaleRow, zeroRow, groups uint64) string {
+	if l.GIdx == "" {
+		if why := sz.want(scales, groups*scaleRow, fmt.Sprintf("%d groups", groups)); why != "" {
+			return why
+		}
+		if l.Zeros != "" {
+			return sz.want(o.comp(l.Zeros), groups*zeroRow, fmt.Sprintf("%d groups", groups))
+		}
+		return ""
+	}
+	if l.Zeros != "" {
+		sz.links = append(sz.links, formats.SizeLink{Terms: []formats.Count{{Role: scales.role, Per: scaleRow}, {Role: l.Zeros, Per: zeroRow}}})
 	}
 	return ""
+}
+
+// sizing collects the decoded sizes a layout fixes. Sizes the index states
+// are checked as they are added; the others go to the tensor's components
+// only once the whole layout is known to fit (apply): a tensor that does
+// not follow the convention says nothing about its components.
+type sizing struct {
+	fixed []fixedSize
+	links []formats.SizeLink
+}
+
+type fixedSize struct {
+	role string
+	size uint64
+}
+
+// want checks c's decoded size against size when the index states it, and
+// otherwise records size for c. It returns why the two disagree, or "".
+func (s *sizing) want(c *comp, size uint64, what string) string {
+	got, ok := c.decodedSize()
+	if ok && got != size {
+		return fmt.Sprintf("%s has %d bytes, %s need %d", c.role, got, what, size)
+	}
+	if !ok {
+		s.fixed = append(s.fixed, fixedSize{role: c.role, size: size})
+	}
+	return ""
+}
+
+// apply gives t's components of unknown size the sizes s fixes.
+func (s *sizing) apply(t *formats.Tensor) {
+	for _, f := range s.fixed {
+		// Sizes stay below 2^61: the element count is at most 2^58.
+		if c := t.Component(f.role); c != nil && c.Size < 0 {
+			c.Size, c.MaxSize = int64(f.size), 0
+		}
+	}
+	for _, l := range s.links {
+		t.AddSizeLink(l)
+	}
 }
 
 // uintAttr reads a non-negative integer attribute.

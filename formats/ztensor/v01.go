@@ -233,6 +233,11 @@ func (o *v01Object) buildBlobCSR() *formats.Tensor {
 		Values:  formats.Array{Role: "data", DType: v, Offset: formats.Affine{Base: base, PerNNZ: 8}, Stride: w},
 		NNZ:     formats.Count{Role: "data", Base: base, Per: per},
 	}
+	// A compressed blob's size follows from its last indptr entry.
+	t.AddSizeLink(formats.SizeLink{
+		Terms: []formats.Count{{Role: "data", Base: base, Per: per}},
+		Entry: &formats.Entry{Role: "data", DType: formats.U64, Offset: base - 8},
+	})
 	return t
 }
 

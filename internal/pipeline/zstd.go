@@ -72,9 +72,12 @@ type zstdState struct {
 
 func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSize int64, pool *decoderPool) *zstdStream {
 	z := &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool, max: max, declared: declared}
-	if declared >= 0 {
+	if declared > 0 {
 		z.state.Store(&zstdState{size: declared})
 	}
+	// A stream declared empty has no block whose read would check that
+	// nothing follows: its first use decodes it, capped at max, which is
+	// then 0, so that one holding bytes fails rather than read as empty.
 	return z
 }
 

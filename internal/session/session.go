@@ -116,6 +116,16 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 		missing = append(missing, err)
 	}
 	s.Container = c
+	// From here on every component's size is final: the tree shows it.
+	files := make([]pipeline.File, len(s.Sources))
+	for i, src := range s.Sources {
+		if src != nil { // a nil *Source would make a non-nil File
+			files[i] = src
+		}
+	}
+	if err := pipeline.ResolveSizes(files, c, pipeline.MountDecodeLimit); err != nil {
+		return err
+	}
 	s.Cache = cache.New(opts.CacheSize)
 	p, err := pipeline.New(s.Sources, pipeline.Options{Cache: s.Cache, BlockSize: opts.BlockSize, Verify: opts.Verify,
 		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests, SourceErrors: missing})

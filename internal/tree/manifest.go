@@ -179,12 +179,8 @@ func writeComponent(w *jsonWriter, c *formats.Component, path string) {
 	w.open('{')
 	w.strField("path", path)
 	w.strField("dtype", string(c.DType))
-	w.key("size") // null when only decoding tells: stat the file
-	if c.Size >= 0 {
-		w.int(c.Size)
-	} else {
-		w.null()
-	}
+	w.key("size") // exact: Build refuses unknown sizes
+	w.int(c.Size)
 	w.key("stored")
 	w.open('{')
 	w.key("source")

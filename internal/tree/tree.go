@@ -307,6 +307,11 @@ func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Nod
 	var buf [8]string
 	files := buf[:0]
 	for _, c := range t.Components {
+		if c.Size < 0 {
+			// The session learns every size before the tree is built
+			// (pipeline.ResolveSizes); stat must never guess.
+			return 0, fmt.Errorf("component %q: decoded size unknown", c.Role)
+		}
 		files = append(files, componentFile(c.Role))
 	}
 	files = append(files, metaName)

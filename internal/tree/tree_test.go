@@ -128,12 +128,10 @@ func TestBuildLayout(t *testing.T) {
 	unsupported := dense("lz")
 	unsupported.Components[0].Encoding = "lz4"
 	unsupported.Logical, unsupported.Unsupported = nil, `encoding "lz4" is not supported`
-	unknownSize := dense("z")
-	unknownSize.Components[0].Encoding, unknownSize.Components[0].Size = formats.Zstd, -1
 	nested := dense("0/temp")
 	nested.Path = []string{"0", "temp"}
 	c := &formats.Container{Format: "test", FormatVersion: "9", Attributes: map[string]any{"k": "v"},
-		Tensors: []*formats.Tensor{dense("w"), odd, unsupported, unknownSize, nested},
+		Tensors: []*formats.Tensor{dense("w"), odd, unsupported, nested},
 		Files:   []*formats.File{{Name: "config.json", Content: []byte("{}")}}}
 	tr, err := buildTest(t, c)
 	if err != nil {
@@ -169,9 +167,6 @@ func TestBuildLayout(t *testing.T) {
 	if lzData["decoded"] != false || lzData["stored"].(map[string]any)["encoding"] != "lz4" {
 		t.Errorf("lz data entry: %v", lzData)
 	}
-	if size := tensors["z"].(map[string]any)["components"].(map[string]any)["data"].(map[string]any)["size"]; size != nil {
-		t.Errorf("unknown size reported as %v", size)
-	}
 	if p := tensors["a/b"].(map[string]any)["components"].(map[string]any)["meta.json"].(map[string]any)["path"]; p != "tensors/a%2Fb/%6Deta.json" {
 		t.Errorf("component path %v", p)
 	}
@@ -193,6 +188,17 @@ func TestBuildLayout(t *testing.T) {
 	}
 	if !strings.Contains(string(manifest), `"shape": [2]`) {
 		t.Error("shapes are not on one line")
+	}
+}
+
+// A size the session failed to learn is an error of Build, never a
+// guess in stat or a null in manifest.json.
+func TestBuildRejectsUnknownSize(t *testing.T) {
+	unknown := dense("z", "data", "scales")
+	unknown.Components[1].Encoding, unknown.Components[1].Size, unknown.Components[1].MaxSize = formats.Zstd, -1, 1<<30
+	_, err := buildTest(t, &formats.Container{Format: "test", Tensors: []*formats.Tensor{dense("w"), unknown}})
+	if err == nil || !strings.Contains(err.Error(), `tensor "z": component "scales": decoded size unknown`) {
+		t.Fatalf("Build: %v", err)
 	}
 }
 

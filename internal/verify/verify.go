@@ -152,9 +152,10 @@ func (v *verifier) run(path string) *Report {
 	return r
 }
 
-// plan returns the bytes the run expects to process from the index alone:
-// the bytes every digest covers, and the sizes of the tensors' files where
-// the index records them. The other sizes are added as they are learnt.
+// plan returns the bytes the run expects to process before reading any
+// file: the bytes every digest covers, and the sizes of the tensors' files
+// (every component's size is known once the session is open). A file whose
+// size turns out otherwise corrects the plan when it is read.
 func (v *verifier) plan(digests []*Digest) int64 {
 	var n int64
 	for _, d := range digests {
@@ -164,7 +165,7 @@ func (v *verifier) plan(digests []*Digest) int64 {
 	}
 	for _, t := range v.s.Container.Tensors {
 		for _, c := range t.Components {
-			n = addSat(n, plannedSize(c))
+			n = addSat(n, c.Size)
 		}
 		if info, err := v.s.Pipeline.NPYOf(t); err == nil {
 			n = addSat(n, int64(info.Size))
@@ -182,18 +183,6 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// plannedSize is the size of c's file as the index records it, or 0 when
-// only decoding tells.
-func plannedSize(c *formats.Component) int64 {
-	switch {
-	case !c.Decodable():
-		return int64(min(c.Length, math.MaxInt64))
-	case c.Size >= 0:
-		return c.Size
-	}
-	return 0
-}
-
 // tensor checks the digests of t's components and reads its files.
 func (v *verifier) tensor(t *formats.Tensor) Tensor {
 	res := Tensor{Name: t.Name, Path: tree.TensorPath(t), Components: make([]Component, len(t.Components))}
@@ -207,7 +196,7 @@ func (v *verifier) tensor(t *formats.Tensor) Tensor {
 		rd := &reading{r: f.Reader, res: &Read{Path: f.Path}}
 		if c := f.Component; c != nil {
 			rd.what = fmt.Sprintf("tensor %q: component %q", t.Name, c.Role)
-			rd.planned = plannedSize(c)
+			rd.planned = c.Size
 			rd.stored = !c.Decodable()
 		} else {
 			rd.what = fmt.Sprintf("tensor %q: tensor.npy", t.Name)
