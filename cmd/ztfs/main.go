@@ -66,7 +66,7 @@ tensor, readable with cat, dd, jq and numpy.load.`,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("ztfs {{.Version}}\n")
-	root.AddCommand(newMountCommand(), newUnmountCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand())
+	root.AddCommand(newMountCommand(), newUnmountCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see 'ztfs %s --help')", c.Name(), err, c.Name())
 	})

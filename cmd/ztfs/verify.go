@@ -53,7 +53,7 @@ On a terminal, stderr shows a progress bar of the bytes processed. With
 func runVerify(source string, asJSON bool, opts verify.Options, stdout, stderr io.Writer, showProgress bool) error {
 	var bar *progressBar
 	if showProgress {
-		bar = newProgressBar(stderr)
+		bar = newProgressBar(stderr, "verifying")
 		opts.Progress = bar
 	}
 	report, err := verify.File(source, opts)
@@ -167,18 +167,18 @@ func count(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// progressBar shows on a terminal how many of the bytes verify expects to
-// process it has processed. It uses schollz/progressbar rather than
+// progressBar shows on a terminal how many of the bytes a long command
+// (verify, convert) expects to process it has processed. It uses schollz/progressbar rather than
 // terminal code of its own.
 type progressBar struct {
 	bar      *progressbar.ProgressBar
 	expected int64
 }
 
-func newProgressBar(w io.Writer) *progressBar {
+func newProgressBar(w io.Writer, description string) *progressBar {
 	return &progressBar{bar: progressbar.NewOptions64(1,
 		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("verifying"),
+		progressbar.OptionSetDescription(description),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionShowCount(),
 		progressbar.OptionUseIECUnits(true),

@@ -30,8 +30,14 @@ var scalarMode = func() cbor.EncMode {
 	return em
 }()
 
-// encoder appends CBOR items to buf in the reference's deterministic form.
-type encoder struct{ buf []byte }
+// encoder appends CBOR items to buf in the reference's deterministic form:
+// v1's, map keys in the bytewise order of their text, or with canonical
+// set v2's, RFC 8949 core deterministic encoding, keys in the bytewise
+// order of their encodings (shorter text first) and no tags.
+type encoder struct {
+	buf       []byte
+	canonical bool
+}
 
 // head writes a major type with its argument in shortest form.
 func (e *encoder) head(major byte, n uint64) {
@@ -75,8 +81,10 @@ func (e *encoder) value(v any) error {
 		e.head(2, uint64(len(x)))
 		e.buf = append(e.buf, x...)
 		return nil
-	case *big.Int, big.Int:
-		return e.scalar(x)
+	case *big.Int:
+		return e.bigInt(x)
+	case big.Int:
+		return e.bigInt(&x)
 	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
@@ -99,7 +107,13 @@ func (e *encoder) value(v any) error {
 			keys = append(keys, k)
 			vals[k] = it.Value()
 		}
-		sort.Strings(keys)
+		if e.canonical {
+			sort.Slice(keys, func(i, j int) bool {
+				return len(keys[i]) < len(keys[j]) || len(keys[i]) == len(keys[j]) && keys[i] < keys[j]
+			})
+		} else {
+			sort.Strings(keys)
+		}
 		e.mapHead(len(keys))
 		for _, k := range keys {
 			e.text(k)
@@ -114,6 +128,32 @@ func (e *encoder) value(v any) error {
 		return e.scalar(v)
 	}
 	return fmt.Errorf("attribute value of type %T cannot be written", v)
+}
+
+// bigInt writes an integer that may not fit 64 bits: as a plain integer
+// when it fits 65 (CBOR's range), else as the v1 writers' bignum tag, which
+// v2 forbids.
+func (e *encoder) bigInt(x *big.Int) error {
+	if x == nil {
+		e.buf = append(e.buf, 0xf6)
+		return nil
+	}
+	if x.Sign() >= 0 && x.IsUint64() {
+		e.head(0, x.Uint64())
+		return nil
+	}
+	if x.Sign() < 0 {
+		n := new(big.Int).Neg(x)
+		n.Sub(n, big.NewInt(1))
+		if n.IsUint64() {
+			e.head(1, n.Uint64())
+			return nil
+		}
+	}
+	if e.canonical {
+		return fmt.Errorf("integer %s does not fit CBOR's 64-bit integers, and v2 forbids the bignum tags", x)
+	}
+	return e.scalar(x)
 }
 
 func (e *encoder) scalar(v any) error {

@@ -10,7 +10,6 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"runtime"
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
@@ -88,10 +87,8 @@ type Writer struct {
 	closed  bool
 	objects map[string]*writtenObject
 	zenc    *zstd.Encoder // single frames
-	fenc    *zstd.Encoder // independent frames
-	// frameFree holds the buffers of frames compressed, for reuse.
-	frameFree []*frameWork
-	pad       [alignment]byte
+	frames  *frameEncoder // independent frames
+	pad     [alignment]byte
 }
 
 type writtenObject struct {
@@ -281,118 +278,18 @@ func (w *Writer) compress(dst io.Writer, src io.Reader) error {
 
 // compressFrames writes src as independent zstd frames of frameSize decoded
 // bytes, each a single segment with its content size and checksum, then a
-// seek table (zstd's "seekable format": a skippable frame with magic
-// 0x184D2A5E whose entries give each frame's stored and decoded sizes,
-// ending in 0x8F92EAB1). An empty src is one empty frame (and a table of one
-// entry).
+// seek table (frames.go). An empty src is one empty frame (and a table of
+// one entry).
 func (w *Writer) compressFrames(dst io.Writer, src io.Reader, frameSize int) error {
-	workers := min(runtime.GOMAXPROCS(0), maxFrameWorkers)
-	if w.fenc == nil {
-		enc, err := zstd.NewWriter(nil,
-			zstd.WithEncoderLevel(zstd.SpeedDefault),
-			zstd.WithEncoderCRC(true),
-			zstd.WithZeroFrames(true),
-			zstd.WithSingleSegment(true),
-			zstd.WithWindowSize(maxZstdFrameSize),
-			zstd.WithEncoderConcurrency(workers))
+	if w.frames == nil {
+		fe, err := newFrameEncoder(maxZstdFrameSize, true)
 		if err != nil {
 			return err
 		}
-		w.fenc = enc
+		w.frames = fe
 	}
-	enc := w.fenc
-	// Frames are compressed on up to workers cores at once and written in
-	// order; every goroutine has ended when this returns.
-	var pending []*frameWork
-	var table []byte
-	var err error
-	frames := 0
-	next := func() {
-		j := pending[0]
-		pending = pending[1:]
-		<-j.done
-		w.frameFree = append(w.frameFree, j)
-		if err != nil {
-			return
-		}
-		if _, err = dst.Write(j.out); err == nil {
-			table = binary.LittleEndian.AppendUint32(table, uint32(len(j.out)))
-			table = binary.LittleEndian.AppendUint32(table, uint32(j.n))
-			frames++
-		}
-	}
-	for last := false; !last && err == nil; {
-		j := w.frameWork(frameSize)
-		n, rerr := io.ReadFull(src, j.in)
-		if rerr == io.EOF && frames+len(pending) > 0 || rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			w.frameFree = append(w.frameFree, j)
-			if rerr != io.EOF {
-				err = rerr
-			}
-			break
-		}
-		last = n < frameSize
-		j.n, j.done = n, make(chan struct{})
-		go func() {
-			defer close(j.done)
-			j.out = enc.EncodeAll(j.in[:j.n], j.out[:0])
-		}()
-		pending = append(pending, j)
-		if len(pending) == workers {
-			next()
-		}
-	}
-	for len(pending) > 0 {
-		next()
-	}
-	if err != nil {
-		return err
-	}
-	// Seek table: skippable frame header, entries, footer.
-	head := binary.LittleEndian.AppendUint32(nil, seekTableMagic)
-	head = binary.LittleEndian.AppendUint32(head, uint32(len(table)+seekFooterSize))
-	table = binary.LittleEndian.AppendUint32(table, uint32(frames))
-	table = append(table, 0) // descriptor: no checksums
-	table = binary.LittleEndian.AppendUint32(table, seekableMagic)
-	if _, err := dst.Write(head); err != nil {
-		return err
-	}
-	_, err = dst.Write(table)
-	return err
+	return w.frames.encode(dst, src, frameSize)
 }
-
-// maxFrameWorkers bounds the frames compressed at once.
-const maxFrameWorkers = 4
-
-// frameWork is one frame being compressed: its input, of n bytes, and its
-// output once done is closed.
-type frameWork struct {
-	in, out []byte
-	n       int
-	done    chan struct{}
-}
-
-// frameWork returns buffers for a frame of up to size bytes.
-func (w *Writer) frameWork(size int) *frameWork {
-	var j *frameWork
-	if n := len(w.frameFree); n > 0 {
-		j, w.frameFree = w.frameFree[n-1], w.frameFree[:n-1]
-	} else {
-		j = &frameWork{}
-	}
-	if cap(j.in) < size {
-		j.in = make([]byte, size)
-	}
-	j.in = j.in[:size]
-	return j
-}
-
-// The zstd seekable format's constants.
-const (
-	seekTableMagic = 0x184D2A5E
-	seekableMagic  = 0x8F92EAB1
-	seekFooterSize = 9
-)
 
 // Close writes the manifest and footer; attrs are the global attributes (nil
 // for none). It does not close the underlying writer.

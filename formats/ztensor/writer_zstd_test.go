@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ztfs/ztfs/internal/codec/zstdseek"
 )
 
 // checkZstdFrames checks that st is what the writer's default zstd makes of
@@ -15,7 +17,7 @@ import (
 // size and checksum, then a seek table listing them.
 func checkZstdFrames(t testing.TB, st []byte, n, frameSize int) {
 	t.Helper()
-	if len(st) < 17 || binary.LittleEndian.Uint32(st[len(st)-4:]) != seekableMagic {
+	if len(st) < 17 || binary.LittleEndian.Uint32(st[len(st)-4:]) != zstdseek.FooterMagic {
 		t.Fatalf("no seek table at the end of %d stored bytes", len(st))
 	}
 	count := int(binary.LittleEndian.Uint32(st[len(st)-9:]))
@@ -27,7 +29,7 @@ func checkZstdFrames(t testing.TB, st []byte, n, frameSize int) {
 		t.Fatalf("seek table of %d frames does not fit in %d bytes", count, len(st))
 	}
 	table := st[len(st)-tableLen:]
-	if binary.LittleEndian.Uint32(table) != seekTableMagic || int(binary.LittleEndian.Uint32(table[4:])) != tableLen-8 {
+	if binary.LittleEndian.Uint32(table) != zstdseek.SkippableMagic || int(binary.LittleEndian.Uint32(table[4:])) != tableLen-8 {
 		t.Fatalf("seek table header %x", table[:8])
 	}
 	wantFrames := max(1, (n+frameSize-1)/frameSize)
