@@ -1,6 +1,7 @@
-// Command ztfs mounts a tensor container file (zTensor, safetensors) as a
-// read-only directory tree, and prints or extracts what such a mount shows
-// without FUSE.
+// Command ztfs mounts a tensor container file (zTensor, safetensors,
+// Tensogram, MCF) as a read-only directory tree, prints or extracts what
+// such a mount shows without FUSE, verifies files and converts them to
+// zTensor v2.
 package main
 
 import (
@@ -57,10 +58,12 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ztfs",
 		Short: "Mount tensor container files as read-only directory trees",
-		Long: `ztfs turns one tensor container file (zTensor v0.1/v1.x, safetensors) into a
-read-only directory tree: manifest.json, one directory per tensor with its
-meta.json, one file per stored component and a tensor.npy holding the logical
-tensor, readable with cat, dd, jq and numpy.load.`,
+		Long: `ztfs turns a tensor container file (zTensor v0.1 to v2, sharded v2 models,
+safetensors, Tensogram, MCF) into a read-only directory tree: manifest.json,
+one directory per tensor with its meta.json, one file per stored component and
+a tensor.npy holding the logical tensor, readable with cat, dd, jq and
+numpy.load. inspect, cat and verify show the same without FUSE; convert
+rewrites any of these files as a canonical zTensor v2 file.`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -63,7 +63,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if r := run(t, "--version"); r.code != 0 || r.stdout != "ztfs "+version+"\n" {
 		t.Errorf("--version: %+v", r)
 	}
-	for _, cmd := range []string{"mount", "unmount", "inspect", "cat", "verify"} {
+	for _, cmd := range []string{"mount", "unmount", "inspect", "cat", "verify", "convert"} {
 		r := run(t, cmd, "--help")
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "ztfs "+cmd) {
 			t.Errorf("%s --help: %+v", cmd, r)
