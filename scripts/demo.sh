@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The demo: builds ztfs, writes a small sample model, mounts it, shows the
 # tree, reads tensors with jq and with NumPy, and unmounts; then the same
-# for a bundled Tensogram file and a bundled quantized MCF model.
+# for a bundled Tensogram file and a bundled quantized MCF model; then
+# converts the sample to zTensor v2 and checks a mount of it shows the same
+# tensors.
 # Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,4 +84,16 @@ step python3 -c 'numpy.load("mnt/tensors/model.embed_tokens.weight/tensor.npy")'
 "$python" -c 'import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, a[0, :4])' "$mnt/tensors/model.embed_tokens.weight/tensor.npy"
 step ztfs unmount mnt
 bin/ztfs unmount "$mnt"
+
+# Any of these files as a canonical zTensor v2 file, with the same tensors.
+step ztfs convert sample.zt sample-v2.zt
+bin/ztfs convert "$work/sample.zt" "$work/sample-v2.zt"
+step ztfs inspect sample-v2.zt
+bin/ztfs inspect "$work/sample-v2.zt"
+step "cmp: every tensor.npy of sample.zt and sample-v2.zt"
+for name in $(jq -r '.tensors | keys[]' <(bin/ztfs inspect --json "$work/sample.zt")); do
+  path=$(jq -r --arg n "$name" '.tensors[$n].npy.path' <(bin/ztfs inspect --json "$work/sample.zt"))
+  cmp <(bin/ztfs cat "$work/sample.zt" "$path") <(bin/ztfs cat "$work/sample-v2.zt" "$path")
+  echo "$path: same bytes"
+done
 echo "done"
