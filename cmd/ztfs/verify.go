@@ -92,6 +92,11 @@ func failureText(r *verify.Report) string {
 			parts = append(parts, fmt.Sprintf("%s could not be read", f.Path))
 		}
 	}
+	for _, sh := range r.Shards {
+		if res := sh.Digest.Result; res == verify.Mismatch || res == verify.Error {
+			parts = append(parts, fmt.Sprintf("shard %q failed verification", sh.Name))
+		}
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -132,6 +137,18 @@ func printVerifyReport(w io.Writer, source string, r *verify.Report) {
 		if f.Result == verify.Error {
 			reportLine(w, problemLabel(verify.DecodeError), f.Error)
 		}
+	}
+	for _, sh := range r.Shards {
+		label, text := "ok", fmt.Sprintf("shard %q: %s", sh.Name, sh.Digest.Value)
+		switch sh.Digest.Result {
+		case verify.Mismatch:
+			label, text = problemLabel(verify.DigestMismatch), fmt.Sprintf("shard %q (%s): %s", sh.Name, sh.Path, sh.Digest.Error)
+		case verify.Error:
+			label, text = problemLabel(verify.DigestError), fmt.Sprintf("shard %q (%s): %s", sh.Name, sh.Path, sh.Digest.Error)
+		case verify.Unverifiable:
+			label = string(verify.NotVerifiable)
+		}
+		reportLine(w, label, text)
 	}
 	for i := range r.Tensors {
 		t := &r.Tensors[i]

@@ -91,6 +91,7 @@ func newVerifier(s *session.Session, progress Progress) *verifier {
 		buf:      make([]byte, readSize),
 		digestOf: map[*formats.Component]*Digest{},
 		results:  map[*Digest]*DigestResult{},
+		shards:   map[int]*DigestResult{},
 	}
 	for _, src := range s.Sources {
 		v.files = append(v.files, &countingSource{src: src, v: v})
@@ -106,7 +107,8 @@ type verifier struct {
 	buf      []byte
 	digestOf map[*formats.Component]*Digest
 	results  map[*Digest]*DigestResult
-	read     int64 // bytes read from the tree's files
+	shards   map[int]*DigestResult // whole-file digests, by source file
+	read     int64                 // bytes read from the tree's files
 	hashed   int64 // bytes digests were computed over
 }
 
@@ -140,13 +142,16 @@ func (v *verifier) run(path string) *Report {
 		read := v.readFiles([]*reading{{what: f.Path, r: f.Reader, res: &Read{Path: f.Path}}})
 		r.Files = append(r.Files, *read[0].res)
 	}
-	for _, t := range c.Tensors {
-		r.Tensors = append(r.Tensors, v.tensor(t))
-	}
+	// Shards first: a tensor stored in one that fails is failed too.
 	for _, d := range digests {
 		if d.Shard != "" {
-			r.Shards = append(r.Shards, ShardResult{Name: d.Shard, Path: v.s.Tree.Source(d.Source).Path, Digest: v.check(d)})
+			res := v.check(d)
+			v.shards[d.Source] = res
+			r.Shards = append(r.Shards, ShardResult{Name: d.Shard, Path: v.s.Tree.Source(d.Source).Path, Digest: res})
 		}
+	}
+	for _, t := range c.Tensors {
+		r.Tensors = append(r.Tensors, v.tensor(t))
 	}
 	v.summarize(r, len(digests))
 	return r
@@ -218,9 +223,27 @@ func (v *verifier) tensor(t *formats.Tensor) Tensor {
 			res.NPYMissing = err.Error()
 		}
 	}
-	res.Problems = res.findProblems()
+	res.Problems = append(res.findProblems(), v.shardProblems(t)...)
 	res.Status = res.status()
 	return res
+}
+
+// shardProblems lists the shards t is stored in whose whole-file digest
+// does not match: t's bytes are not the model's.
+func (v *verifier) shardProblems(t *formats.Tensor) []Problem {
+	var out []Problem
+	seen := map[int]bool{}
+	for _, c := range t.Components {
+		// A shard that cannot be read fails the tensor's reads already.
+		res := v.shards[c.Source]
+		if res == nil || seen[c.Source] || res.Result != Mismatch {
+			continue
+		}
+		seen[c.Source] = true
+		out = append(out, Problem{DigestMismatch, fmt.Sprintf("tensor %q: component %q: stored in shard %q, whose digest check failed: %s",
+			t.Name, c.Role, v.s.Tree.Source(c.Source).Shard, res.Error)})
+	}
+	return out
 }
 
 // digest returns the result of the digest c records, checking it on first
