@@ -144,6 +144,15 @@ func writeAtomically(dest string, write func(*os.File) (*convert.Report, error))
 	if err != nil {
 		return nil, err
 	}
+	// CreateTemp makes the file private; DEST gets the mode a new file
+	// gets, as with cp.
+	umask := syscall.Umask(0)
+	syscall.Umask(umask)
+	if err := tmp.Chmod(0o666 &^ os.FileMode(umask)); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, err
+	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})

@@ -34,6 +34,9 @@ func TestConvertCommand(t *testing.T) {
 	if inspect := run(t, "inspect", dest); !strings.Contains(inspect.stdout, "ztensor 2") || !strings.Contains(inspect.stdout, "sparse_csr") {
 		t.Errorf("inspect of the result: %+v", inspect)
 	}
+	if st, err := os.Stat(dest); err != nil || st.Mode().Perm()&0o044 == 0 {
+		t.Errorf("DEST has mode %v, not a new file's", st.Mode())
+	}
 	if again := run(t, "convert", src, dest); again.code != exitError || !strings.Contains(again.stderr, "--force") {
 		t.Errorf("convert over an existing file: %+v", again)
 	}

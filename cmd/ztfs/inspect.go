@@ -75,7 +75,7 @@ func printTable(w io.Writer, source string, c *formats.Container) {
 	if version == "" {
 		version = "-"
 	}
-	fmt.Fprintf(w, "%s: %s %s, %d tensors", source, c.Format, version, len(c.Tensors))
+	fmt.Fprintf(w, "%s: %s %s, %s", source, c.Format, version, count(len(c.Tensors), "tensor"))
 	if len(c.Files) > 0 {
 		fmt.Fprintf(w, ", %d files", len(c.Files))
 	}
