@@ -271,7 +271,7 @@ type File struct {
 
 // Logical describes how the logical tensor (tensor.npy) is assembled from a
 // tensor's components. Its implementations are Dense, SparseCSR, SparseCOO,
-// BlockQuantized and GroupQuantized.
+// BlockQuantized, GroupQuantized, AffineQuantized and Microscaled.
 type Logical interface{ logical() }
 
 // Dense is a row-major tensor held whole in one component: the elements of

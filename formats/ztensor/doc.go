@@ -1,5 +1,5 @@
-// Package ztensor reads and writes zTensor containers v0.1, v1.0, v1.1 and
-// v1.2.
+// Package ztensor reads and writes zTensor containers v0.1, v1.0, v1.1, v1.2
+// and v2.
 //
 // Open parses the index of a file into the format-neutral model of package
 // formats without reading any tensor bytes. It rejects structural damage
@@ -18,5 +18,11 @@
 // seek table unless a component asks for a single frame (what the
 // reference writes), so that readers can decode any part on its own.
 //
-// The v2 container (magic 89 5A 54 32 0D 0A 1A 0A) is recognised and refused.
+// Container v2 (magic 89 5A 54 32 0D 0A 1A 0A) is read strictly, as its
+// specification requires of readers: every rule is checked at open, and a
+// refusal is a *RuleError naming the rule as the upstream conformance corpus
+// does. Its shards become Container.Shards, its parts components whose
+// digests cover their decoded bytes. V2Writer writes the canonical form.
+// The rules, and the readings where the specification is open, are in
+// docs/ztensor-v2.md.
 package ztensor

@@ -70,7 +70,7 @@ func (p *v2Part) sizeFor(n uint64) (size uint64, known bool) {
 	return lo, true
 }
 
-// decodable says why ztfs cannot decode p's bytes, "" when it can.
+// undecodable says why ztfs cannot decode p's bytes, "" when it can.
 func (p *v2Part) undecodable() string {
 	if p.encoding == "" || p.encoding == seekable {
 		return ""
@@ -160,7 +160,7 @@ func (p *v2Part) component(source map[string]int) (*formats.Component, error) {
 	return c, nil
 }
 
-// parts requires o's parts to be exactly names.
+// requireParts requires o's parts to be exactly names.
 func (o *v2Object) requireParts(names ...string) error {
 	ok := len(o.parts) == len(names)
 	for _, n := range names {
