@@ -2,6 +2,7 @@ package ztensor
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 
@@ -22,8 +23,13 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 	source := map[string]int{}
 	ends := map[string]uint64{}
 	for i, s := range m.shards {
-		if s.size < v2MinFileLen {
+		switch {
+		case s.size < v2MinFileLen:
 			return nil, reject(RuleSchema, "shard %q: size %d is below the %d bytes of any file", s.name, s.size, v2MinFileLen)
+		case s.size > math.MaxInt64:
+			// No file is that large, and the sizes of the model (of
+			// the shard, of its raw parts) could not hold it.
+			return nil, reject(RuleSchema, "shard %q: size %d is larger than any file can be", s.name, s.size)
 		}
 		source[s.name] = i + 1
 		ends[s.name] = s.size - v2FooterLen
