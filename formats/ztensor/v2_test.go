@@ -193,3 +193,47 @@ func TestV2ShardSizeBeyondInt64(t *testing.T) {
 		}
 	}
 }
+
+// A refusal caused by one object's part names the object, as every other
+// rule's does, so that a damaged reference can be found (the corruption
+// corpus, internal/corrupt, requires it of lying offsets and sizes). An
+// overlap names both owners.
+func TestV2ErrorsNameTheObject(t *testing.T) {
+	seek := mkPart("u8", 4096, 8)
+	seek["encoding"] = "zt.zstd-seekable/1"
+	seek["decoded_length"] = uint64(1 << 63)
+	tests := []struct {
+		name    string
+		objects map[string]any
+		rule    Rule
+		want    []string
+	}{
+		{"partial overlap", map[string]any{
+			"a": mkObject([]uint64{4}, "dense", map[string]any{"data": mkPart("f32", 4096, 16)}),
+			"b": mkObject([]uint64{2}, "dense", map[string]any{"data": mkPart("f32", 4096, 8)}),
+		}, RuleBlobOverlap, []string{`object "a" part "data"`, `object "b" part "data"`}},
+		{"overlap with the manifest", map[string]any{
+			"a": mkObject([]uint64{1024}, "dense", map[string]any{"data": mkPart("u8", 4096, 1024)}),
+			"m": mkObject([]uint64{8}, "dense", map[string]any{"data": mkPart("u8", 8192, 8)}),
+		}, RuleBlobOverlap, []string{"the manifest", `object "m" part "data"`}},
+		{"decoded_length beyond int64", map[string]any{
+			"z": mkObject([]uint64{1 << 63}, "dense", map[string]any{"data": seek}),
+		}, RuleSchema, []string{`object "z"`, `part "data"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// 8 KiB of blobs: the manifest follows at 8192.
+			file := v2File(t, map[string]any{"objects": tt.objects}, v2Blob{4096, make([]byte, 4096)})
+			_, err := openBytes(file)
+			var re *RuleError
+			if !errors.As(err, &re) || re.Rule != tt.rule {
+				t.Fatalf("Open: %v, want rule %s", err, tt.rule)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not name %s", err, w)
+				}
+			}
+		})
+	}
+}
