@@ -43,6 +43,17 @@ type mounted struct {
 // or before by unmount.
 func mount(t testing.TB, path string, opts session.Options) *mounted {
 	t.Helper()
+	m, err := tryMount(t, path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// tryMount is mount for a file that may be refused: session.Open's error
+// comes back as it is, and nothing is mounted.
+func tryMount(t testing.TB, path string, opts session.Options) (*mounted, error) {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 16 << 20
@@ -52,7 +63,7 @@ func mount(t testing.TB, path string, opts session.Options) *mounted {
 	opts.Guard = true
 	s, err := session.Open(path, opts)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	m.s = s
 	m.server, err = Mount(m.dir, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
@@ -62,7 +73,7 @@ func mount(t testing.TB, path string, opts session.Options) *mounted {
 		t.Fatalf("mount: %v", err)
 	}
 	t.Cleanup(func() { m.unmount(t) })
-	return m
+	return m, nil
 }
 
 // unmount ends the mount and closes its session, once.

@@ -11,7 +11,9 @@ ensure_go() {
 
 # ensure_packages installs the Debian packages given, if any is missing:
 # fuse3 (fusermount3), jq, python3-numpy (NumPy for /usr/bin/python3),
-# libaec-tools (libaec's aec, the szip reference the tests compare with).
+# python3-cbor2, python3-xxhash and python3-zstandard (the independent
+# zTensor v2 writer in testdata/ztensor/v2_interop), libaec-tools (libaec's
+# aec, the szip reference the tests compare with).
 ensure_packages() {
   local missing=()
   for pkg in "$@"; do

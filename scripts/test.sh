@@ -2,13 +2,14 @@
 # Everything CI runs: formatting, vet, all tests (real FUSE mounts and NumPy
 # interop included, never skipped), the race detector on the concurrent
 # packages, a short run of every fuzz target, and the demo.
-# Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, libaec-tools if missing)
+# Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
+#        python3-xxhash, python3-zstandard, libaec-tools if missing)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
-ensure_packages fuse3 jq python3-numpy libaec-tools
+ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools
 python_with_numpy >/dev/null
 [ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
 
@@ -22,7 +23,8 @@ section go vet
 go vet ./...
 
 section go test
-# Missing FUSE or NumPy fails the tests instead of skipping them.
+# Missing FUSE, NumPy or the Python modules of the zTensor v2 interop test
+# fails the tests instead of skipping them.
 export ZTFS_REQUIRE_ALL=1
 go test -count=1 ./...
 

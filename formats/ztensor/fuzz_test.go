@@ -56,8 +56,17 @@ func checkInvariants(t *testing.T, c *formats.Container, size uint64) {
 			if j > 0 && x.Components[j-1].Role >= comp.Role {
 				t.Fatalf("tensor %q: components out of order", x.Name)
 			}
-			if comp.Offset > size || comp.Length > size-comp.Offset {
-				t.Fatalf("tensor %q: component %q [%d, +%d) outside the %d-byte file", x.Name, comp.Role, comp.Offset, comp.Length, size)
+			// A v2 component may live in a shard, whose size the
+			// root's table gives.
+			in, end := "file", size
+			switch {
+			case comp.Source < 0 || comp.Source > len(c.Shards):
+				t.Fatalf("tensor %q: component %q in source %d of %d shards", x.Name, comp.Role, comp.Source, len(c.Shards))
+			case comp.Source > 0:
+				in, end = "shard "+c.Shards[comp.Source-1].Name, uint64(c.Shards[comp.Source-1].Size)
+			}
+			if comp.Offset > end || comp.Length > end-comp.Offset {
+				t.Fatalf("tensor %q: component %q [%d, +%d) outside the %d-byte %s", x.Name, comp.Role, comp.Offset, comp.Length, end, in)
 			}
 			if comp.Offset%64 != 0 {
 				t.Fatalf("tensor %q: component %q at %d", x.Name, comp.Role, comp.Offset)
@@ -65,7 +74,7 @@ func checkInvariants(t *testing.T, c *formats.Container, size uint64) {
 			if comp.Size < -1 || (comp.Size == -1 && comp.MaxSize == 0) {
 				t.Fatalf("tensor %q: component %q size %d max %d", x.Name, comp.Role, comp.Size, comp.MaxSize)
 			}
-			if !comp.Encoding.Known() && x.Logical != nil {
+			if !comp.Decodable() && x.Logical != nil {
 				t.Fatalf("tensor %q: recipe over encoding %q", x.Name, comp.Encoding)
 			}
 		}
@@ -102,6 +111,23 @@ func checkRecipe(t *testing.T, x *formats.Tensor) {
 			}
 		}
 		return
+	case formats.AffineQuantized:
+		for _, role := range []string{l.Codes, l.Scales, l.Zero.Role} {
+			if role != "" && x.Component(role) == nil {
+				t.Fatalf("tensor %q: affine-quantized recipe names missing component %q", x.Name, role)
+			}
+		}
+		if l.Codes == "" || l.Scales == "" || l.Bits < 1 || l.PerWord < 1 || l.PerWord*l.Bits > 8*l.WordBytes ||
+			l.Axis < 0 || l.Axis >= len(x.Shape) || l.Size != 0 && x.Shape[l.Axis]%l.Size != 0 {
+			t.Fatalf("tensor %q of shape %v: affine-quantized recipe %+v", x.Name, x.Shape, l)
+		}
+		return
+	case formats.Microscaled:
+		if x.Component(l.Data) == nil || x.Component(l.Scales) == nil || l.Axis < 0 || l.Axis >= len(x.Shape) ||
+			l.Size == 0 || x.Shape[l.Axis]%l.Size != 0 {
+			t.Fatalf("tensor %q of shape %v: microscaled recipe %+v", x.Name, x.Shape, l)
+		}
+		return
 	default:
 		t.Fatalf("tensor %q: recipe %T", x.Name, l)
 	}
@@ -109,7 +135,9 @@ func checkRecipe(t *testing.T, x *formats.Tensor) {
 		t.Fatalf("tensor %q: count %+v", x.Name, *count)
 	}
 	for _, a := range arrays {
-		if x.Component(a.Role) == nil || a.DType.Width() == 0 || a.Stride == 0 {
+		// f4 values (zTensor v2) are packed two to a byte: no width.
+		packed := a.DType == formats.F4E2M1
+		if x.Component(a.Role) == nil || !packed && (a.DType.Width() == 0 || a.Stride == 0) {
 			t.Fatalf("tensor %q: array %+v", x.Name, a)
 		}
 	}

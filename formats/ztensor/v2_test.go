@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // conformanceCase is one row of the upstream corpus's expected.tsv.
@@ -97,5 +99,141 @@ func TestSniff(t *testing.T) {
 		if got := Sniff([]byte(tt.head)); got != tt.want {
 			t.Errorf("Sniff(%q) = %v, want %v", tt.head, got, tt.want)
 		}
+	}
+}
+
+// Map keys that are not text are unknown keys, which a reader must ignore
+// at every level with their values (references/ztensor-v2 §3.1). A root
+// or shard entry that skipped only such a key read its value as the next
+// key: a valid file was refused, and a root whose "objects" was the value
+// of an integer key opened with what followed as its objects.
+func TestV2NonTextKeysIgnored(t *testing.T) {
+	data := f32Bytes(1, 2)
+	objects := map[string]any{"t": mkObject([]uint64{2}, "dense", map[string]any{"data": mkPart("f32", 4096, 8)})}
+	shard := v2DataShard()
+	tests := []struct {
+		name     string
+		manifest any // raw CBOR when []byte
+		tensors  int
+		rule     Rule // "" when the file must open
+	}{
+		{"integer key at the root", map[any]any{0: "x", "objects": objects}, 1, ""},
+		{"byte-string key at the root", map[any]any{cbor.ByteString("k"): "attributes", "objects": objects}, 1, ""},
+		// {1: "objects", {}: 0}: no "objects" key; the empty map is a key.
+		{"objects as the value of an integer key", []byte("\xa2\x01\x67objects\xa0\x00"), 0, RuleSchema},
+		{"integer key in a shard entry", map[any]any{
+			"shards":  map[string]any{"s": map[any]any{0: "size", "size": len(shard), "digest": "xxh3:00"}},
+			"objects": objects,
+		}, 1, ""},
+		{"a shard's size as the value of an integer key", map[any]any{
+			"shards":  map[string]any{"s": map[any]any{0: "size", "digest": "xxh3:00", "size!": 3}},
+			"objects": objects,
+		}, 0, RuleSchema},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, ok := tt.manifest.([]byte)
+			if !ok {
+				m = v2EncodeManifest(t, tt.manifest)
+			}
+			file := v2FileRaw(m, v2Blob{4096, data})
+			c, err := openBytes(file)
+			if tt.rule != "" {
+				var re *RuleError
+				if !errors.As(err, &re) || re.Rule != tt.rule {
+					t.Fatalf("Open: %v, want rule %s", err, tt.rule)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if len(c.Tensors) != tt.tensors {
+				t.Fatalf("%d tensors, want %d", len(c.Tensors), tt.tensors)
+			}
+			if len(c.Shards) > 0 && (c.Shards[0].Size != int64(len(shard)) || c.Shards[0].Digest != "xxh3:00") {
+				t.Fatalf("shard %+v", *c.Shards[0])
+			}
+		})
+	}
+}
+
+// A shard's size must fit the model's sizes: one larger than any file
+// made the shard's size, and the size of a raw part in it, negative, and
+// the mount then failed with no rule named instead of refusing the file.
+func TestV2ShardSizeBeyondInt64(t *testing.T) {
+	tests := []struct {
+		size uint64
+		rule Rule // "" when the file opens
+	}{
+		{1<<63 - 1, ""},
+		{1 << 63, RuleSchema},
+		{1<<64 - 1, RuleSchema},
+	}
+	for _, tt := range tests {
+		part := mkPart("u8", 4096, tt.size-v2FooterLen-4096)
+		part["shard"] = "a"
+		file := v2File(t, map[string]any{
+			"shards":  map[string]any{"a": map[string]any{"size": tt.size, "digest": "xxh3:00"}},
+			"objects": map[string]any{"t": mkObject([]uint64{tt.size - v2FooterLen - 4096}, "dense", map[string]any{"data": part})},
+		})
+		c, err := openBytes(file)
+		if tt.rule == "" {
+			if err != nil {
+				t.Fatalf("size %d: %v", tt.size, err)
+			}
+			if c.Shards[0].Size != int64(tt.size) || c.Tensors[0].Components[0].Size < 0 {
+				t.Fatalf("size %d: shard %+v, part size %d", tt.size, *c.Shards[0], c.Tensors[0].Components[0].Size)
+			}
+			continue
+		}
+		var re *RuleError
+		if !errors.As(err, &re) || re.Rule != tt.rule || !strings.Contains(err.Error(), `shard "a"`) {
+			t.Errorf("size %d: Open: %v, want rule %s naming the shard", tt.size, err, tt.rule)
+		}
+	}
+}
+
+// A refusal caused by one object's part names the object, as every other
+// rule's does, so that a damaged reference can be found (the corruption
+// corpus, internal/corrupt, requires it of lying offsets and sizes). An
+// overlap names both owners.
+func TestV2ErrorsNameTheObject(t *testing.T) {
+	seek := mkPart("u8", 4096, 8)
+	seek["encoding"] = "zt.zstd-seekable/1"
+	seek["decoded_length"] = uint64(1 << 63)
+	tests := []struct {
+		name    string
+		objects map[string]any
+		rule    Rule
+		want    []string
+	}{
+		{"partial overlap", map[string]any{
+			"a": mkObject([]uint64{4}, "dense", map[string]any{"data": mkPart("f32", 4096, 16)}),
+			"b": mkObject([]uint64{2}, "dense", map[string]any{"data": mkPart("f32", 4096, 8)}),
+		}, RuleBlobOverlap, []string{`object "a" part "data"`, `object "b" part "data"`}},
+		{"overlap with the manifest", map[string]any{
+			"a": mkObject([]uint64{1024}, "dense", map[string]any{"data": mkPart("u8", 4096, 1024)}),
+			"m": mkObject([]uint64{8}, "dense", map[string]any{"data": mkPart("u8", 8192, 8)}),
+		}, RuleBlobOverlap, []string{"the manifest", `object "m" part "data"`}},
+		{"decoded_length beyond int64", map[string]any{
+			"z": mkObject([]uint64{1 << 63}, "dense", map[string]any{"data": seek}),
+		}, RuleSchema, []string{`object "z"`, `part "data"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// 8 KiB of blobs: the manifest follows at 8192.
+			file := v2File(t, map[string]any{"objects": tt.objects}, v2Blob{4096, make([]byte, 4096)})
+			_, err := openBytes(file)
+			var re *RuleError
+			if !errors.As(err, &re) || re.Rule != tt.rule {
+				t.Fatalf("Open: %v, want rule %s", err, tt.rule)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not name %s", err, w)
+				}
+			}
+		})
 	}
 }

@@ -88,14 +88,17 @@ func (o *v2Object) tensor(n uint64, source map[string]int) (*formats.Tensor, err
 	if l, ok := v2Layouts[o.layout]; ok {
 		t.Layout = l
 	}
+	where := fmt.Sprintf("object %q (layout %s)", o.name, o.layout)
 	for _, p := range o.parts {
 		c, err := p.component(source)
 		if err != nil {
+			if re, ok := err.(*RuleError); ok {
+				re.Detail = where + ": " + re.Detail
+			}
 			return nil, err
 		}
 		t.Components = append(t.Components, c)
 	}
-	where := fmt.Sprintf("object %q (layout %s)", o.name, o.layout)
 	var err error
 	switch {
 	case o.layout == "dense":

@@ -83,7 +83,8 @@ func parseV2Manifest(b []byte) (*v2Manifest, error) {
 	for ; n > 0; n-- {
 		key, isText := c.text()
 		if !isText {
-			c.skip() // an unknown (non-text) key and its value
+			c.skip() // an unknown (non-text) key
+			c.skip() // and its value
 			continue
 		}
 		var err error
@@ -334,7 +335,12 @@ func (c *cursor) shard(name string) (v2Shard, error) {
 	}
 	haveSize, haveDigest := false, false
 	for ; n > 0; n-- {
-		key, _ := c.text()
+		key, isText := c.text()
+		if !isText {
+			c.skip() // an unknown (non-text) key
+			c.skip() // and its value
+			continue
+		}
 		var ok bool
 		switch key {
 		case "size":

@@ -2,6 +2,7 @@ package ztensor
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 
@@ -22,13 +23,18 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 	source := map[string]int{}
 	ends := map[string]uint64{}
 	for i, s := range m.shards {
-		if s.size < v2MinFileLen {
+		switch {
+		case s.size < v2MinFileLen:
 			return nil, reject(RuleSchema, "shard %q: size %d is below the %d bytes of any file", s.name, s.size, v2MinFileLen)
+		case s.size > math.MaxInt64:
+			// No file is that large, and the sizes of the model (of
+			// the shard, of its raw parts) could not hold it.
+			return nil, reject(RuleSchema, "shard %q: size %d is larger than any file can be", s.name, s.size)
 		}
 		source[s.name] = i + 1
 		ends[s.name] = s.size - v2FooterLen
 	}
-	refs := map[string][][2]uint64{"": {manifest}}
+	refs := map[string][]blobRef{"": {{offset: manifest[0], length: manifest[1]}}}
 	built := &v2Built{tensors: make([]*formats.Tensor, 0, len(m.objects))}
 	for _, o := range m.objects {
 		where := fmt.Sprintf("object %q", o.name)
@@ -41,7 +47,7 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 				return nil, err
 			}
 			if p.length > 0 {
-				refs[p.shard] = append(refs[p.shard], [2]uint64{p.offset, p.length})
+				refs[p.shard] = append(refs[p.shard], blobRef{p.offset, p.length, o, p})
 			}
 			if lt, ok := v2LogicalTypes[p.typ]; ok && p.dtype != lt.storage {
 				return nil, reject(RuleSchema, "%s part %q: type %q requires dtype %q, not %q", where, p.name, p.typ, lt.storage, p.dtype)
@@ -81,15 +87,31 @@ func (p *v2Part) checkBlob(where string, dataEnd uint64, shardEnds map[string]ui
 	return nil
 }
 
+// blobRef is a reference to a blob, and whose it is: a part of an object,
+// or (both nil) the manifest.
+type blobRef struct {
+	offset, length uint64
+	object         *v2Object
+	part           *v2Part
+}
+
+func (r blobRef) owner() string {
+	if r.object == nil {
+		return "the manifest"
+	}
+	return fmt.Sprintf("object %q part %q", r.object.name, r.part.name)
+}
+
 // checkOverlap requires the blobs of one file to be pairwise identical or
 // disjoint: sharing a blob is how tied weights are stored, while a partial
-// overlap would let one range be read under two meanings.
-func checkOverlap(file string, rs [][2]uint64) error {
-	sort.Slice(rs, func(i, j int) bool {
-		if rs[i][0] != rs[j][0] {
-			return rs[i][0] < rs[j][0]
+// overlap would let one range be read under two meanings. The error names
+// both owners, so that a damaged reference can be told by its object.
+func checkOverlap(file string, rs []blobRef) error {
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].offset != rs[j].offset {
+			return rs[i].offset < rs[j].offset
 		}
-		return rs[i][1] < rs[j][1]
+		return rs[i].length < rs[j].length
 	})
 	in := "this file"
 	if file != "" {
@@ -97,8 +119,10 @@ func checkOverlap(file string, rs [][2]uint64) error {
 	}
 	for i := 1; i < len(rs); i++ {
 		a, b := rs[i-1], rs[i]
-		if a != b && a[0]+a[1] > b[0] {
-			return reject(RuleBlobOverlap, "blobs [%d, +%d) and [%d, +%d) in %s overlap without being identical", a[0], a[1], b[0], b[1], in)
+		same := a.offset == b.offset && a.length == b.length
+		if !same && a.offset+a.length > b.offset {
+			return reject(RuleBlobOverlap, "%s: blob [%d, +%d) and %s: blob [%d, +%d) in %s overlap without being identical",
+				a.owner(), a.offset, a.length, b.owner(), b.offset, b.length, in)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -89,6 +90,10 @@ type base struct {
 	// extents are byte ranges a tensor depends on besides its components
 	// (a Tensogram data frame, whose descriptor says how to decode it).
 	extents map[string][]span
+	// shards are the files of a zTensor v2 root's shards, by shard name:
+	// they are written next to the base and to each of its variants,
+	// where the root looks for them (ztensor.ShardPath).
+	shards map[string][]byte
 }
 
 // outcome of one variant.
@@ -142,15 +147,22 @@ func options(mode pipeline.VerifyMode) session.Options {
 func (c *corpus) run(b base, variants []variant) {
 	c.t.Helper()
 	path := filepath.Join(c.dir, b.name)
+	vpath := filepath.Join(c.dir, "variant-"+b.name)
 	if err := os.WriteFile(path, b.data, 0o644); err != nil {
 		c.t.Fatal(err)
+	}
+	for name, data := range b.shards {
+		for _, root := range []string{path, vpath} {
+			if err := os.WriteFile(ztensor.ShardPath(root, name), data, 0o644); err != nil {
+				c.t.Fatal(err)
+			}
+		}
 	}
 	snap, err := takeSnapshot(path, b)
 	if err != nil {
 		c.t.Fatalf("%s: the base itself: %v", b.name, err)
 	}
 	c.seen[sha256.Sum256(b.data)] = true
-	vpath := filepath.Join(c.dir, "variant-"+b.name)
 	for _, v := range variants {
 		sum := sha256.Sum256(v.data)
 		if c.seen[sum] {

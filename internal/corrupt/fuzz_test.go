@@ -23,6 +23,7 @@ func FuzzTree(f *testing.F) {
 	for _, rel := range []string{
 		"ztensor/v1_1/valid/dense_f32.zt", "ztensor/v1_1/valid/checksums.zt", "ztensor/v0_1/valid/big_endian_and_sparse.zt",
 		"safetensors/official/valid_serialized_attn0_f32.safetensors", "tensogram/golden_v0.17.0/simple_f32.tgm",
+		"ztensor/v2_conformance/valid/verify-ok.zt", "ztensor/v2_interop/seeds/zstd-last-frame-longer.zt",
 	} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "testdata", rel))
 		if err != nil {

@@ -95,13 +95,17 @@ func componentFile(role string) string {
 	return name
 }
 
-// tensorFileDeps returns the source bytes a file of t's directory is made
-// from, and the digested part of them: a component's stored bytes, digest
-// region and mask blobs; for tensor.npy, those of every component.
+// tensorFileDeps returns the bytes of the container's own file a file of
+// t's directory is made from, and the digested part of them: a
+// component's stored bytes, digest region and mask blobs; for tensor.npy,
+// those of every component.
 func tensorFileDeps(t *formats.Tensor, file string) (deps, digested, byDefault []span) {
 	for _, c := range t.Components {
 		if file != "tensor.npy" && file != componentFile(c.Role) {
 			continue
+		}
+		if c.Source != 0 {
+			continue // its bytes are in another file (a zTensor v2 shard)
 		}
 		stored := span{int64(c.Offset), int64(c.Offset + c.Length)}
 		deps = append(deps, stored)

@@ -1,12 +1,15 @@
 // Package testenv lets tests demand what they need from the machine: FUSE
-// mounts and a Python with NumPy. Where either is missing a test is skipped
-// on a developer's machine, but fails when ZTFS_REQUIRE_ALL=1, as in CI, so
-// that nothing is silently left untested there.
+// mounts and a Python with NumPy and the modules a test names. Where one
+// is missing a test is skipped on a developer's machine, but fails when
+// ZTFS_REQUIRE_ALL=1, as in CI, so that nothing is silently left untested
+// there.
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 )
 
@@ -39,15 +42,30 @@ func RequireFUSE(t testing.TB) {
 // python3 comes first on PATH.
 func Python(t testing.TB) string {
 	t.Helper()
+	return PythonWith(t)
+}
+
+// PythonWith returns a python3 that can import numpy and every module
+// given (each from the Debian package python3-<module>), or stops the
+// test. Debian's /usr/bin/python3 is preferred over whatever python3 comes
+// first on PATH, where modules installed with apt-get are not always seen.
+func PythonWith(t testing.TB, modules ...string) string {
+	t.Helper()
+	modules = append([]string{"numpy"}, modules...)
+	imports := "import " + strings.Join(modules, ", ")
 	for _, candidate := range []string{"/usr/bin/python3", "python3"} {
 		path, err := exec.LookPath(candidate)
 		if err != nil {
 			continue
 		}
-		if exec.Command(path, "-c", "import numpy").Run() == nil {
+		if exec.Command(path, "-c", imports).Run() == nil {
 			return path
 		}
 	}
-	missing(t, "python3 with numpy (Debian package python3-numpy)")
+	packages := make([]string, len(modules))
+	for i, m := range modules {
+		packages[i] = "python3-" + m
+	}
+	missing(t, fmt.Sprintf("python3 with %s (Debian packages %s)", strings.Join(modules, ", "), strings.Join(packages, " ")))
 	return ""
 }
