@@ -109,7 +109,7 @@ type verifier struct {
 	results  map[*Digest]*DigestResult
 	shards   map[int]*DigestResult // whole-file digests, by source file
 	read     int64                 // bytes read from the tree's files
-	hashed   int64 // bytes digests were computed over
+	hashed   int64                 // bytes digests were computed over
 }
 
 func (v *verifier) run(path string) *Report {
