@@ -65,7 +65,7 @@ func Open(path string, opts Options) (*Session, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := s.open(src, path, opts); err != nil {
-		s.closeSources()
+		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// The index must be the version that is served: a change while it was
@@ -101,20 +101,7 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 		return err
 	}
 	infos := []tree.SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
-	digests := []string{""}
-	missing := []error{nil}
-	for _, sh := range c.Shards {
-		info, err := s.openShard(c, sh, path, opts.Guard)
-		if err != nil {
-			// The root is valid without its shards: what they hold reads
-			// as EIO, with this reason, and the mount says so at once.
-			c.Warnings = append(c.Warnings, err.Error()+"; its tensors read as errors")
-			info.Error = err.Error()
-		}
-		infos = append(infos, info)
-		digests = append(digests, sh.Digest)
-		missing = append(missing, err)
-	}
+	infos, digests, missing := s.openShards(c, path, opts.Guard, infos)
 	s.Container = c
 	// From here on every component's size is final: the tree shows it.
 	files := make([]pipeline.File, len(s.Sources))
@@ -140,6 +127,26 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 		return err
 	}
 	return nil
+}
+
+// openShards opens the shards of c, read from root, after infos, the
+// description of its own file, and returns every file's description,
+// whole-file digest and error (nil for a file that opened).
+func (s *Session) openShards(c *formats.Container, root string, guard bool, infos []tree.SourceInfo) ([]tree.SourceInfo, []string, []error) {
+	digests, missing := []string{""}, []error{nil}
+	for _, sh := range c.Shards {
+		info, err := s.openShard(c, sh, root, guard)
+		if err != nil {
+			// The root is valid without its shards: what they hold reads
+			// as EIO, with this reason, and the mount says so at once.
+			c.Warnings = append(c.Warnings, err.Error()+"; its tensors read as errors")
+			info.Error = err.Error()
+		}
+		infos = append(infos, info)
+		digests = append(digests, sh.Digest)
+		missing = append(missing, err)
+	}
+	return infos, digests, missing
 }
 
 // openShard opens shard sh of container c read from root: where the
