@@ -221,6 +221,12 @@ func checkV2Operation(t *testing.T, path, mnt string, c fixtures.V2Case) {
 		case c.Expected == "reject" && (r.code != exitError || !strings.Contains(r.stdout, want)):
 			t.Errorf("verify: code %d, output %q; want 1 and %q", r.code, r.stdout, want)
 		}
+		// A digest is checked over the decoded bytes before a verified
+		// read serves them.
+		verified := run(t, "cat", "--verify", path, "tensors/"+c.Object+"/"+c.Part)
+		if wantFail := c.Rule == "Digest"; (verified.code != 0) != wantFail || wantFail && !strings.Contains(verified.stderr, "mismatch") {
+			t.Errorf("cat --verify: %+v", verified)
+		}
 	case "read_csr":
 		_, err := os.ReadFile(filepath.Join(mnt, "tensors", c.Object, "tensor.npy"))
 		r := run(t, "cat", path, "tensors/"+c.Object+"/tensor.npy")

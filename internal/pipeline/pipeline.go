@@ -196,9 +196,14 @@ func (p *Pipeline) verifies(c *formats.Component) bool {
 }
 
 // decodedVerdict checks a digest over the decoded bytes of c, which
-// decoded serves: it reads them all once.
+// decoded serves: it reads them all once. Components of one blob (tied
+// weights) share the check.
 func (p *Pipeline) decodedVerdict(t *formats.Tensor, c *formats.Component, decoded Reader) *verdict {
-	return &verdict{check: func() error {
+	key := verdictKey{source: c.Source, digest: c.Digest, off: c.Offset, length: c.Length, decoded: true}
+	if v, ok := p.verdicts[key]; ok {
+		return v
+	}
+	v := &verdict{check: func() error {
 		size, err := decoded.Size()
 		if err != nil {
 			return err
@@ -213,6 +218,8 @@ func (p *Pipeline) decodedVerdict(t *formats.Tensor, c *formats.Component, decod
 		}
 		return nil
 	}}
+	p.verdicts[key] = v
+	return v
 }
 
 // fileVerdictLocked returns the shared check of source file k's whole-file
@@ -325,6 +332,7 @@ type verdictKey struct {
 	source      int
 	digest      string
 	off, length uint64
+	decoded     bool // the digest covers what the bytes decode to
 }
 
 // verdictLocked returns the shared check of c's digest.
