@@ -123,7 +123,7 @@ func (p *plan) write(w *ztensor.V2Writer, opts Options) (int64, error) {
 	parts := make([]ztensor.V2Part, len(p.parts))
 	var n int64
 	for i, pp := range p.parts {
-		src := &progressReader{r: io.NewSectionReader(readerAt{pp.data}, pp.off, pp.size), p: opts.Progress, n: &n}
+		src := &progressReader{r: io.NewSectionReader(pp.data, pp.off, pp.size), p: opts.Progress, n: &n}
 		parts[i] = ztensor.V2Part{Name: pp.name, DType: pp.dtype, Type: pp.typ, Data: &exactReader{r: src, want: pp.size},
 			Seekable: opts.Seekable, FrameSize: opts.FrameSize}
 	}
@@ -221,7 +221,3 @@ func (e *exactReader) Read(b []byte) (int, error) {
 	}
 	return n, err
 }
-
-type readerAt struct{ r pipeline.Reader }
-
-func (r readerAt) ReadAt(p []byte, off int64) (int, error) { return r.r.ReadAt(p, off) }

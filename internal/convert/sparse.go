@@ -24,7 +24,7 @@ type indexStream struct {
 }
 
 func newStream(r pipeline.Reader, off, n int64, width int) *indexStream {
-	return &indexStream{r: bufio.NewReaderSize(io.NewSectionReader(readerAt{r}, off, n), 64<<10), width: width, buf: make([]byte, 8)}
+	return &indexStream{r: bufio.NewReaderSize(io.NewSectionReader(r, off, n), 64<<10), width: width, buf: make([]byte, 8)}
 }
 
 func newIndexStream(pl *pipeline.Pipeline, t *formats.Tensor, a formats.Array) (*indexStream, error) {

@@ -16,9 +16,11 @@ func checkedElements(r Reader, d formats.DType, n uint64) Reader {
 	switch {
 	case d == formats.Bool:
 		return &checked{Reader: r, check: checkBools}
-	case ok && info.Bits < 8 && n*uint64(info.Bits)%8 != 0:
-		used := uint(n * uint64(info.Bits) % 8)
-		last := int64(n * uint64(info.Bits) / 8)
+	case ok && info.Bits < 8 && n%uint64(8/info.Bits) != 0:
+		// In whole bytes and elements, so that no product can overflow.
+		per := uint64(8 / info.Bits)
+		used := uint(n%per) * uint(info.Bits)
+		last := int64(n / per)
 		return &checked{Reader: r, check: func(b []byte, off int64) error {
 			if i := last - off; i >= 0 && i < int64(len(b)) && b[i]>>used != 0 {
 				return fmt.Errorf("the unused high bits of the last byte (0x%02x) are not zero (rule LayoutData)", b[i])

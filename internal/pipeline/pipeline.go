@@ -208,7 +208,7 @@ func (p *Pipeline) decodedVerdict(t *formats.Tensor, c *formats.Component, decod
 		if err != nil {
 			return err
 		}
-		err = digest.Check(readerAtFunc(decoded.ReadAt), 0, size, c.Digest)
+		err = digest.Check(decoded, 0, size, c.Digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
 			return nil

@@ -330,6 +330,9 @@ func (s *sparse) validateCSR() error {
 	if prev != s.nnz {
 		return fmt.Errorf("indptr ends at %d, but there are %d stored values%s", prev, s.nnz, s.rule())
 	}
+	if s.strict {
+		return s.increasingRows() // checks the range too, in the same pass
+	}
 	for i := uint64(0); i < s.nnz; i += entryChunk {
 		idx, err := s.indices.indexes(i, min(entryChunk, s.nnz-i))
 		if err != nil {
@@ -340,9 +343,6 @@ func (s *sparse) validateCSR() error {
 				return fmt.Errorf("column index %d of entry %d is outside the %d columns%s", c, i+uint64(j), cols, s.rule())
 			}
 		}
-	}
-	if s.strict {
-		return s.increasingRows()
 	}
 	return nil
 }
@@ -355,10 +355,10 @@ func (s *sparse) rule() string {
 	return ""
 }
 
-// increasingRows checks that the column indices of every row strictly
-// increase, walking indptr and indices together a chunk at a time (the
-// structure was validated: indptr starts at 0, never decreases and ends
-// at nnz).
+// increasingRows checks that the column indices of every row lie inside
+// the columns and strictly increase, walking indptr and indices together a
+// chunk at a time (the structure was validated: indptr starts at 0, never
+// decreases and ends at nnz).
 func (s *sparse) increasingRows() error {
 	ptr := &indexCursor{a: s.indptr, limit: s.shape[0] + 1}
 	idx := &indexCursor{a: s.indices, limit: s.nnz}
@@ -375,6 +375,9 @@ func (s *sparse) increasingRows() error {
 		c, err := idx.get(i)
 		if err != nil {
 			return err
+		}
+		if c >= s.shape[1] {
+			return fmt.Errorf("column index %d of entry %d is outside the %d columns (rule LayoutData)", c, i, s.shape[1])
 		}
 		if !first && c <= prev {
 			return fmt.Errorf("row %d: column index %d follows %d: indices must strictly increase within a row (rule LayoutData)", row-1, c, prev)

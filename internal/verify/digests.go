@@ -99,7 +99,7 @@ func (d *Digest) Check(src Source, decoded pipeline.Reader) error {
 		if err != nil {
 			return err
 		}
-		return digest.Check(readerAt{decoded}, 0, size, d.Text)
+		return digest.Check(decoded, 0, size, d.Text)
 	}
 	if !d.Region.Within(src.Size()) {
 		return fmt.Errorf("digest covers [%d, +%d), outside the %d-byte source", d.Region.Offset, d.Region.Length, src.Size())
@@ -115,11 +115,6 @@ func (d *Digest) Where() string {
 	first := d.Covers[0]
 	return fmt.Sprintf("tensor %q: component %q", first.Tensor.Name, first.Component.Role)
 }
-
-// readerAt adapts a pipeline reader to io.ReaderAt.
-type readerAt struct{ r pipeline.Reader }
-
-func (r readerAt) ReadAt(p []byte, off int64) (int, error) { return r.r.ReadAt(p, off) }
 
 // Outcome classifies the result of a check or a read.
 type Outcome string
