@@ -262,6 +262,9 @@ type File struct {
 	// Dir is the directory the file lives in, one unescaped element per
 	// level below the root; nil for the root.
 	Dir []string
+	// Source is the file the bytes are in, numbered as Component.Source
+	// numbers them.
+	Source int
 	// Offset and Length locate the file's bytes in the source, unless Content
 	// is set.
 	Offset, Length uint64

@@ -16,6 +16,7 @@ func newCatCommand() *cobra.Command {
 	var cacheSize sizeFlag = defaultCacheSize
 	var verify, noVerify bool
 	var npyDType npyDTypeFlag
+	var sf sourceFlags
 	cmd := &cobra.Command{
 		Use:   "cat [flags] SOURCE PATH",
 		Short: "Write one file of the tree to stdout, without FUSE",
@@ -28,13 +29,16 @@ root, e.g. manifest.json or tensors/layer1.weight/tensor.npy.`,
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			return runCat(args[0], args[1], session.Options{CacheSize: int64(cacheSize), Verify: mode, NPYFloat16: npyDType.half()}, os.Stdout)
+			opts := session.Options{CacheSize: int64(cacheSize), Verify: mode, NPYFloat16: npyDType.half()}
+			sf.apply(&opts)
+			return runCat(args[0], args[1], opts, os.Stdout)
 		},
 	}
 	cmd.Flags().Var(&cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G")
 	cmd.Flags().BoolVar(&verify, "verify", false, "check every digest before serving a component's first byte")
 	cmd.Flags().BoolVar(&noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes")
 	cmd.Flags().Var(&npyDType, "npy-dtype", npyDTypeUsage)
+	sf.add(cmd.Flags(), true)
 	return cmd
 }
 

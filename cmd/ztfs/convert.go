@@ -23,6 +23,7 @@ type convertFlags struct {
 	frameSize sizeFlag
 	force     bool
 	cacheSize sizeFlag
+	source    sourceFlags
 }
 
 func newConvertCommand() *cobra.Command {
@@ -58,6 +59,7 @@ A progress bar shows on a terminal.`,
 	cmd.Flags().Var(&f.frameSize, "frame-size", "decoded bytes per zstd frame, e.g. 1MiB")
 	cmd.Flags().BoolVar(&f.force, "force", false, "replace DEST if it exists")
 	cmd.Flags().Var(&f.cacheSize, "cache-size", "memory for decoded blocks of SOURCE")
+	f.source.add(cmd.Flags(), false)
 	return cmd
 }
 
@@ -76,7 +78,9 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 	if err := checkDest(source, dest, f.force); err != nil {
 		return withCode(exitError, err)
 	}
-	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize)})
+	so := session.Options{CacheSize: int64(f.cacheSize)}
+	f.source.apply(&so)
+	s, err := session.Open(source, so)
 	if err != nil {
 		return withCode(exitError, err)
 	}

@@ -5,6 +5,9 @@ import (
 	"strings"
 
 	units "github.com/docker/go-units"
+	"github.com/spf13/pflag"
+
+	"github.com/ztfs/ztfs/internal/session"
 )
 
 // defaultCacheSize bounds the decoded-block cache unless --cache-size says
@@ -55,4 +58,25 @@ func parseOptions(values []string) (mountOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// sourceFlags choose how SOURCE is opened, for every command that opens one.
+type sourceFlags struct {
+	followSymlinks bool
+	shardSize      sizeFlag
+}
+
+// add registers the flags; view adds those that shape the tree's root
+// safetensors files.
+func (f *sourceFlags) add(fl *pflag.FlagSet, view bool) {
+	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
+	if view {
+		fl.Var(&f.shardSize, "safetensors-shard-size", "split the computed model.safetensors into shards of at most SIZE, with model.safetensors.index.json, e.g. 5GB")
+	}
+}
+
+// apply sets the session options the flags choose.
+func (f *sourceFlags) apply(o *session.Options) {
+	o.FollowSymlinks = f.followSymlinks
+	o.ShardSize = int64(f.shardSize)
 }

@@ -13,7 +13,6 @@ import (
 	units "github.com/docker/go-units"
 	"github.com/spf13/cobra"
 
-	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/verify"
@@ -22,6 +21,7 @@ import (
 func newInspectCommand() *cobra.Command {
 	var asJSON, verify bool
 	var npyDType npyDTypeFlag
+	var sf sourceFlags
 	cmd := &cobra.Command{
 		Use:   "inspect [--json] [--verify] [--npy-dtype T] SOURCE",
 		Short: "Print what a mount of SOURCE would show, without FUSE",
@@ -31,12 +31,15 @@ SOURCE shows. With --verify also check every digest the file records (over the
 stored bytes) and exit with status 1 if one does not match.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runInspect(args[0], asJSON, verify, session.Options{CacheSize: 64 << 20, NPYFloat16: npyDType.half()}, os.Stdout, os.Stderr)
+			opts := session.Options{CacheSize: 64 << 20, NPYFloat16: npyDType.half()}
+			sf.apply(&opts)
+			return runInspect(args[0], asJSON, verify, opts, os.Stdout, os.Stderr)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print manifest.json")
 	cmd.Flags().BoolVar(&verify, "verify", false, "check every recorded digest")
 	cmd.Flags().Var(&npyDType, "npy-dtype", npyDTypeUsage+" (as the mount would show it)")
+	sf.add(cmd.Flags(), true)
 	return cmd
 }
 
@@ -58,7 +61,7 @@ func runInspect(source string, asJSON, verify bool, opts session.Options, stdout
 			return withCode(exitError, err)
 		}
 	} else {
-		printTable(stdout, source, s.Container)
+		printTable(stdout, source, s)
 	}
 	if !verify {
 		return nil
@@ -70,12 +73,17 @@ func runInspect(source string, asJSON, verify bool, opts session.Options, stdout
 	return withCode(exitError, verifyDigests(report, source, s))
 }
 
-func printTable(w io.Writer, source string, c *formats.Container) {
+func printTable(w io.Writer, source string, s *session.Session) {
+	c := s.Container
 	version := c.FormatVersion
 	if version == "" {
 		version = "-"
 	}
-	fmt.Fprintf(w, "%s: %s %s, %s", source, c.Format, version, count(len(c.Tensors), "tensor"))
+	fmt.Fprintf(w, "%s: ", source)
+	if s.Folder != "" {
+		fmt.Fprintf(w, "model folder of %s, ", count(s.WeightFiles, "weight file"))
+	}
+	fmt.Fprintf(w, "%s %s, %s", c.Format, version, count(len(c.Tensors), "tensor"))
 	if len(c.Files) > 0 {
 		fmt.Fprintf(w, ", %d files", len(c.Files))
 	}

@@ -126,7 +126,7 @@ func TestSourceNotAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ path, want string }{
-		{dir, "not a regular file (a directory)"},
+		{dir, "no tensor file in the folder: it holds no regular file"},
 		{fifo, "not a regular file (a FIFO)"},
 		{filepath.Join(dir, "missing"), "no such file or directory"},
 	} {

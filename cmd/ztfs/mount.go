@@ -25,16 +25,18 @@ import (
 )
 
 type mountFlags struct {
-	foreground bool
-	cacheSize  sizeFlag
-	readAhead  sizeFlag
-	options    []string
-	debug      bool
-	verify     bool
-	noVerify   bool
-	npyDType   npyDTypeFlag
-	logFile    string
-	readyFd    int // set by a parent ztfs waiting for its background server
+	foreground    bool
+	cacheSize     sizeFlag
+	readAhead     sizeFlag
+	options       []string
+	debug         bool
+	verify        bool
+	noVerify      bool
+	npyDType      npyDTypeFlag
+	logFile       string
+	readyFd       int // set by a parent ztfs waiting for its background server
+	source        sourceFlags
+	noPassthrough bool
 }
 
 func newMountCommand() *cobra.Command {
@@ -64,6 +66,8 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl.Var(&f.npyDType, "npy-dtype", npyDTypeUsage)
 	fl.BoolVar(&f.noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes (checked by default)")
 	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else syslog)")
+	f.source.add(fl, true)
+	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve whole source files (a checkpoint's safetensors shards) through the server rather than with FUSE passthrough")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
 	_ = fl.MarkHidden("ready-fd")
 	return cmd
@@ -132,8 +136,10 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
 	verify, _ := verifyMode(f.verify, f.noVerify)
-	s, err := session.Open(source, session.Options{CacheSize: int64(f.cacheSize), Verify: verify, NPYFloat16: f.npyDType.half(),
-		Logf: func(format string, args ...any) { logf(format, args...) }, Guard: true})
+	so := session.Options{CacheSize: int64(f.cacheSize), Verify: verify, NPYFloat16: f.npyDType.half(),
+		Logf: func(format string, args ...any) { logf(format, args...) }, Guard: true}
+	f.source.apply(&so)
+	s, err := session.Open(source, so)
 	if err != nil {
 		return err
 	}

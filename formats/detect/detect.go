@@ -38,12 +38,12 @@ func Format(head []byte, size int64) string {
 	return ""
 }
 
-// Open detects the format of the file r of the given size and parses its
-// index.
-func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+// Sniff names the format of the file r of the given size from its first and
+// last bytes, or returns "" when no reader claims it. It parses nothing.
+func Sniff(r io.ReaderAt, size int64) (string, error) {
 	head := make([]byte, min(size, headSize))
 	if _, err := r.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+		return "", err
 	}
 	f := Format(head, size)
 	if f == "" && size >= 8 {
@@ -53,6 +53,16 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 		if _, err := r.ReadAt(tail, size-8); err == nil && ztensor.SniffTail(tail) {
 			f = "ztensor"
 		}
+	}
+	return f, nil
+}
+
+// Open detects the format of the file r of the given size and parses its
+// index.
+func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+	f, err := Sniff(r, size)
+	if err != nil {
+		return nil, err
 	}
 	switch f {
 	case "ztensor":

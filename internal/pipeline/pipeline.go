@@ -571,7 +571,10 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	if f.Content != nil {
 		return Bytes(f.Content)
 	}
-	src := p.srcs[0]
+	src, err := p.source(f.Source)
+	if err != nil {
+		return unreadable{size: int64(min(f.Length, math.MaxInt64)), err: fmt.Errorf("file %q: %w", f.Name, err)}
+	}
 	if f.Offset > uint64(src.Size()) || f.Length > uint64(src.Size())-f.Offset {
 		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
 	}

@@ -35,13 +35,23 @@ type Options struct {
 	// Guard takes a read lease on every source file and watches it for
 	// changes (pipeline.Source.Guard), as a mount, which lives long, should.
 	Guard bool
+	// FollowSymlinks lets a model folder's symlinks lead anywhere; by
+	// default they must stay in the folder or its Hugging Face cache
+	// repository (see listFolder).
+	FollowSymlinks bool
+	// ShardSize splits the computed safetensors view into shards of at
+	// most this many bytes of tensor data, with an index; 0 keeps one
+	// model.safetensors.
+	ShardSize int64
 }
 
 // Session is one opened container.
 type Session struct {
 	// Sources are the files the container is read from: its own first,
 	// then its shards in the order of Container.Shards; nil for a shard
-	// that could not be used (Container.Warnings says why).
+	// that could not be used (Container.Warnings says why). A model
+	// folder's come in the order of its weight files, each followed by its
+	// shards, then the folder's other files.
 	Sources   []*pipeline.Source
 	Container *formats.Container
 	Cache     *cache.Cache
@@ -51,20 +61,28 @@ type Session struct {
 	// lease on some source (nil when it holds them all): raw bytes are then
 	// copied and every read of the source is checked.
 	Unguarded error
+	// Folder is set when a model folder was opened (directly or through
+	// its index file): its path as given.
+	Folder string
+	// WeightFiles counts the sources that hold tensors: the first
+	// WeightFiles of Sources.
+	WeightFiles int
+	// ViewPath says how the root's safetensors weights are made:
+	// "source" (the safetensors files themselves), "computed" (the
+	// safetensors view) or "" (none: Container.Warnings says why).
+	ViewPath string
 }
 
 // Source returns the container's own file.
 func (s *Session) Source() *pipeline.Source { return s.Sources[0] }
 
-// Open opens and validates the container at path, and the shards its index
-// names. Its errors are one line that starts with path.
+// Open opens and validates what path names: a container file, a model
+// folder, or a folder's weight index (model.safetensors.index.json), with
+// the shards the containers name. Its errors are one line that starts
+// with path.
 func Open(path string, opts Options) (*Session, error) {
 	s := &Session{}
-	src, err := s.openSource(path, opts.Guard)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := s.open(src, path, opts); err != nil {
+	if err := s.openPath(path, opts); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -77,6 +95,32 @@ func Open(path string, opts Options) (*Session, error) {
 	// Nothing can be served once a source changed: free the cache.
 	s.OnChange(func(error) { s.Cache.Clear() })
 	return s, nil
+}
+
+// openPath opens a folder, an index or a container file.
+func (s *Session) openPath(path string, opts Options) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return s.openFolder(path, nil, opts)
+	}
+	src, err := s.openSource(path, opts.Guard)
+	if err != nil {
+		return err
+	}
+	format, err := detect.Sniff(src, src.Size())
+	if err != nil {
+		return err
+	}
+	if format == "" {
+		switch x, err := readIndex(path); {
+		case err == nil:
+			s.closeSources()
+			s.Sources, s.Unguarded = nil, nil
+			return s.openFolder(filepath.Dir(path), x, opts)
+		case !errors.Is(err, errNotIndex):
+			return fmt.Errorf("weight index: %w", err)
+		}
+	}
+	return s.open(src, path, opts)
 }
 
 // openSource opens one source file and, when asked, guards it before its
@@ -102,6 +146,17 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 	}
 	infos := []tree.SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
 	infos, digests, missing := s.openShards(c, path, opts.Guard, infos)
+	s.WeightFiles = len(s.Sources)
+	if c.Format == "safetensors" {
+		// The file itself is the root's weights, under the name loaders
+		// look for.
+		c.Files = append(c.Files, &formats.File{Name: "model.safetensors", Length: uint64(src.Size())})
+	}
+	return s.finish(c, infos, digests, missing, nil, opts)
+}
+
+// finish builds the pipeline and the tree of c, whose sources are open.
+func (s *Session) finish(c *formats.Container, infos []tree.SourceInfo, digests []string, missing []error, origin *tree.SourceInfo, opts Options) error {
 	s.Container = c
 	// From here on every component's size is final: the tree shows it.
 	files := make([]pipeline.File, len(s.Sources))
@@ -123,7 +178,8 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 	if err := p.CheckSeekTables(c); err != nil {
 		return err
 	}
-	if s.Tree, err = tree.Build(c, p, infos); err != nil {
+	extra := s.view(c, infos, origin, opts)
+	if s.Tree, err = tree.New(tree.Input{Container: c, Pipeline: p, Sources: infos, Origin: origin, Extra: extra}); err != nil {
 		return err
 	}
 	return nil

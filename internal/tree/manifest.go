@@ -21,15 +21,22 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 	w.open('{')
 	w.key("ztfs_manifest")
 	w.int(ManifestVersion)
+	origin := tr.sources[0]
+	if tr.origin != nil {
+		origin = *tr.origin
+	}
 	w.key("source")
 	w.open('{')
-	w.strField("path", tr.sources[0].Path)
+	w.strField("path", origin.Path)
 	w.key("size")
-	w.int(tr.sources[0].Size)
+	w.int(origin.Size)
 	w.close('}')
 	w.key("sources")
 	w.open('[')
 	for _, s := range tr.sources {
+		if s.Plain {
+			continue
+		}
 		w.element()
 		w.open('{')
 		w.strField("path", s.Path)
@@ -43,6 +50,12 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 		}
 		if s.Error != "" {
 			w.strField("error", s.Error)
+		}
+		if s.Attributes != nil {
+			w.key("attributes")
+			if err := w.value(s.Attributes); err != nil {
+				return nil, fmt.Errorf("manifest.json: attributes of %s: %w", s.Path, err)
+			}
 		}
 		w.close('}')
 	}
@@ -75,6 +88,18 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 		w.open('{')
 		w.strField("path", path)
 		w.uintField("size", size)
+		w.close('}')
+	}
+	for _, x := range tr.extra {
+		size, err := x.Reader.Size()
+		if err != nil {
+			return nil, fmt.Errorf("manifest.json: %s: %w", x.Name, err)
+		}
+		w.key(x.Name)
+		w.open('{')
+		w.strField("path", x.Name)
+		w.key("size")
+		w.int(size)
 		w.close('}')
 	}
 	w.close('}')

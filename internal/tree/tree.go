@@ -104,7 +104,30 @@ type Tree struct {
 	c        *formats.Container
 	p        *pipeline.Pipeline
 	sources  []SourceInfo // paths absolute
+	origin   *SourceInfo  // path absolute; nil: sources[0]
+	extra    []Extra
 	manifest lazyBytes
+}
+
+// Extra is a root file computed outside the container: the safetensors
+// view's files.
+type Extra struct {
+	Name   string
+	Reader pipeline.Reader
+}
+
+// Input is what New lays out.
+type Input struct {
+	// Container is served by Pipeline from the files Sources describes (see
+	// Build).
+	Container *formats.Container
+	Pipeline  *pipeline.Pipeline
+	Sources   []SourceInfo
+	// Origin is what was mounted when it is not Sources[0] (a model folder,
+	// or its index file): manifest.json's "source".
+	Origin *SourceInfo
+	// Extra files are laid out at the root after the container's own.
+	Extra []Extra
 }
 
 // Source describes source file k of the tree.
@@ -120,6 +143,12 @@ type SourceInfo struct {
 	Shard string
 	// Error says why the file could not be used, "" when it is.
 	Error string
+	// Plain marks a file that holds no tensors (a model folder's config or
+	// tokenizer): manifest.json lists it under "files", not "sources".
+	Plain bool
+	// Attributes are the file's own container attributes, shown in its
+	// "sources" entry when the tree merges several containers.
+	Attributes map[string]any
 }
 
 // Manifest returns the content of manifest.json, writing it on first use.
@@ -165,10 +194,17 @@ func componentFile(role string) string {
 // tree cannot hold apart; everything else about a tensor is checked by its
 // reader.
 func Build(c *formats.Container, p *pipeline.Pipeline, sources []SourceInfo) (*Tree, error) {
+	return New(Input{Container: c, Pipeline: p, Sources: sources})
+}
+
+// New lays out in.Container as Build does, with in's origin and extra
+// files.
+func New(in Input) (*Tree, error) {
+	c, p, sources := in.Container, in.Pipeline, in.Sources
 	if len(sources) == 0 {
 		return nil, errors.New("no source file")
 	}
-	tr := &Tree{c: c, p: p, sources: make([]SourceInfo, len(sources))}
+	tr := &Tree{c: c, p: p, sources: make([]SourceInfo, len(sources)), extra: in.Extra}
 	for i, s := range sources {
 		abs, err := filepath.Abs(s.Path)
 		if err != nil {
@@ -176,6 +212,15 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sources []SourceInfo) (*T
 		}
 		s.Path = abs
 		tr.sources[i] = s
+	}
+	if in.Origin != nil {
+		o := *in.Origin
+		abs, err := filepath.Abs(o.Path)
+		if err != nil {
+			return nil, err
+		}
+		o.Path = abs
+		tr.origin = &o
 	}
 	root := &Node{}
 	// Most formats put every tensor directly below tensors/.
@@ -201,6 +246,15 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sources []SourceInfo) (*T
 			return nil, fmt.Errorf("file %q: %w", f.Name, err)
 		}
 		parent.children = append(parent.children, &Node{Name: name, Reader: p.File(f)})
+	}
+	for _, x := range in.Extra {
+		// Unsorted yet: Child cannot look.
+		for _, c := range root.children {
+			if c.Name == x.Name {
+				return nil, fmt.Errorf("file %q: name is taken", x.Name)
+			}
+		}
+		root.children = append(root.children, &Node{Name: x.Name, Reader: x.Reader})
 	}
 	root.children = append(root.children, &Node{Name: "manifest.json", Reader: &tr.manifest})
 	tr.manifest.build = tr.writeManifest

@@ -35,6 +35,9 @@ type Options struct {
 	NPYFloat16 bool
 	// Progress follows the run; nil for none.
 	Progress Progress
+	// FollowSymlinks lets a model folder's symlinks lead anywhere
+	// (session.Options.FollowSymlinks).
+	FollowSymlinks bool
 }
 
 // Progress follows a run in bytes: those it will hash or read, and those
@@ -72,7 +75,7 @@ func File(path string, opts Options) (*Report, error) {
 	}
 	notes := &noteLog{}
 	s, err := session.Open(path, session.Options{CacheSize: opts.CacheSize, Verify: pipeline.VerifyNone,
-		NPYFloat16: opts.NPYFloat16, Logf: notes.logf})
+		NPYFloat16: opts.NPYFloat16, Logf: notes.logf, FollowSymlinks: opts.FollowSymlinks})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,313 @@
+package session
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/detect"
+	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/tree"
+)
+
+// openFolder opens the model folder dir as one model: every weight file
+// (found by its bytes) with its shards, then every other file of the top
+// level, shown at the root. With given, the folder's index file the mount
+// was asked for, the weight files are those the index names.
+func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error {
+	s.Folder = dir
+	fd, err := listFolder(dir, opts.FollowSymlinks)
+	if err != nil {
+		return err
+	}
+	formatOf, indexes, err := classify(fd, given)
+	if err != nil {
+		return err
+	}
+	weights, err := chooseWeights(fd, formatOf, given)
+	if err != nil {
+		return err
+	}
+	// A zTensor v2 root opens its shards itself: parse every weight file
+	// first, to know which of them are another's shards.
+	parsed := make([]*formats.Container, len(weights))
+	for i, e := range weights {
+		if parsed[i], err = s.parseWeight(fd, e, opts.Guard); err != nil {
+			return err
+		}
+	}
+	consumed := map[string]bool{}
+	for i, c := range parsed {
+		for _, sh := range c.Shards {
+			if p := sh.Locate(weights[i].Path); filepath.Dir(p) == filepath.Clean(dir) {
+				consumed[filepath.Base(p)] = true
+			}
+		}
+	}
+	// Lay the sources out again: each weight file followed by its shards.
+	opened := s.Sources
+	s.Sources = nil
+	var parts []part
+	var infos []tree.SourceInfo
+	var digests []string
+	var missing []error
+	isWeight := map[string]bool{}
+	for i, e := range weights {
+		src := opened[i]
+		if consumed[e.Name] {
+			src.Close()
+			continue
+		}
+		isWeight[e.Name] = true
+		c := parsed[i]
+		parts = append(parts, part{Name: e.Name, C: c, Base: len(s.Sources)})
+		s.Sources = append(s.Sources, src)
+		info := tree.SourceInfo{Path: e.Path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion, Attributes: orEmpty(c.Attributes)}
+		var shardInfos []tree.SourceInfo
+		shardInfos, shardDigests, shardMissing := s.openShards(c, e.Path, opts.Guard, nil)
+		infos = append(append(infos, info), shardInfos...)
+		digests = append(append(digests, ""), shardDigests[1:]...)
+		missing = append(append(missing, nil), shardMissing[1:]...)
+	}
+	for name := range consumed {
+		isWeight[name] = true
+	}
+	s.WeightFiles = len(s.Sources)
+	c, err := merge(parts)
+	if err != nil {
+		return err
+	}
+	// Every file the weights do not use is shown at the root, as it is.
+	plain := map[string]bool{}
+	for _, e := range fd.Entries {
+		if !isWeight[e.Name] {
+			plain[e.Name] = true
+		}
+	}
+	c.Files = shadowed(c, plain)
+	for _, e := range fd.Entries {
+		if !plain[e.Name] {
+			continue
+		}
+		src, err := s.openFolderFile(fd, e, opts.Guard)
+		if err != nil {
+			return err
+		}
+		c.Files = append(c.Files, &formats.File{Name: e.Name, Source: len(s.Sources) - 1, Length: uint64(src.Size())})
+		infos = append(infos, tree.SourceInfo{Path: e.Path, Size: src.Size(), Plain: true})
+		digests = append(digests, "")
+		missing = append(missing, nil)
+	}
+	if err := checkIndexes(c, parts, indexes, isWeight, plain); err != nil {
+		return err
+	}
+	c.Shards = shardsOf(infos, digests)
+	if allSafetensors(parts) {
+		// The weight files are the root's safetensors, under their own
+		// names, next to their index.
+		for _, p := range parts {
+			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size())})
+		}
+	}
+	origin := &tree.SourceInfo{Path: dir}
+	if given != nil {
+		origin.Path = filepath.Join(dir, given.Name)
+	}
+	for _, info := range infos {
+		if !info.Plain {
+			origin.Size += info.Size
+		}
+	}
+	return s.finish(c, infos, digests, missing, origin, opts)
+}
+
+// classify names the format of every file of the folder by its bytes ("" for
+// none) and reads the weight indexes among the others.
+func classify(fd *folder, given *weightIndex) (map[string]string, []*weightIndex, error) {
+	formatOf := map[string]string{}
+	var indexes []*weightIndex
+	for _, e := range fd.Entries {
+		src, err := pipeline.OpenSource(e.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
+		}
+		f, err := detect.Sniff(src, src.Size())
+		src.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
+		}
+		formatOf[e.Name] = f
+		if f != "" || !strings.HasSuffix(e.Name, ".index.json") {
+			continue
+		}
+		if given != nil && e.Name == given.Name {
+			indexes = append(indexes, given)
+			continue
+		}
+		switch x, err := readIndex(e.Path); {
+		case err == nil:
+			indexes = append(indexes, x)
+		case err != errNotIndex:
+			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
+		}
+	}
+	return formatOf, indexes, nil
+}
+
+// chooseWeights returns the folder's weight files: those given names, or
+// every file in a format ztfs reads.
+func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) ([]folderEntry, error) {
+	var out []folderEntry
+	if given != nil {
+		byName := map[string]folderEntry{}
+		for _, e := range fd.Entries {
+			byName[e.Name] = e
+		}
+		for _, name := range given.Files() {
+			e, ok := byName[name]
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("%s lists %s, which is not in the folder (a shard missing from the download?)", given.Name, name)
+			case formatOf[name] == "":
+				return nil, fmt.Errorf("%s lists %s, which is not a tensor file (its bytes are no format ztfs reads)", given.Name, name)
+			}
+			out = append(out, e)
+		}
+	} else {
+		for _, e := range fd.Entries {
+			if formatOf[e.Name] != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	if len(out) == 0 {
+		var names []string
+		for _, e := range fd.Entries {
+			names = append(names, e.Name)
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("no tensor file in the folder: it holds no regular file")
+		}
+		return nil, fmt.Errorf("no tensor file in the folder: none of %s is zTensor, safetensors, Tensogram or MCF", strings.Join(names, ", "))
+	}
+	return out, nil
+}
+
+// parseWeight opens weight file e as a source (guarded when asked, so that
+// the lease covers its index) and parses its index.
+func (s *Session) parseWeight(fd *folder, e folderEntry, guard bool) (*formats.Container, error) {
+	src, err := s.openFolderFile(fd, e, guard)
+	if err != nil {
+		return nil, err
+	}
+	c, err := detect.Open(src, src.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	return c, nil
+}
+
+// openFolderFile opens file e of the folder as the session's next source,
+// and checks where the kernel resolved it to: a symlink swapped after the
+// folder was listed cannot lead outside it.
+func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*pipeline.Source, error) {
+	src, err := s.openSource(e.Path, guard)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	if fd.roots == nil {
+		return src, nil
+	}
+	real, err := openedPath(src.Fd())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", e.Name, err)
+	}
+	if err := fd.allowed(e.Name, real); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+// checkIndexes checks every index of the folder against its weight files,
+// and notes the tensors no index lists.
+func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, isWeight, plain map[string]bool) error {
+	if len(indexes) == 0 {
+		return nil
+	}
+	owner := map[string]string{}
+	for _, p := range parts {
+		for _, t := range p.C.Tensors {
+			owner[t.Name] = p.Name
+		}
+	}
+	listed := map[string]bool{}
+	for _, x := range indexes {
+		if err := checkIndex(x, isWeight, plain, owner); err != nil {
+			return err
+		}
+		for name := range x.WeightMap {
+			listed[name] = true
+		}
+	}
+	var unlisted []string
+	for name := range owner {
+		if !listed[name] {
+			unlisted = append(unlisted, name)
+		}
+	}
+	if len(unlisted) > 0 {
+		slices.Sort(unlisted)
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%d tensors are in no index of the folder (the first: %q); loaders that follow the index will not see them", len(unlisted), unlisted[0]))
+	}
+	return nil
+}
+
+// shardsOf describes sources 1.. for the container: what the pipeline and
+// verify number as Component.Source.
+func shardsOf(infos []tree.SourceInfo, digests []string) []*formats.Shard {
+	out := make([]*formats.Shard, 0, len(infos)-1)
+	for k := 1; k < len(infos); k++ {
+		path := infos[k].Path
+		name := infos[k].Shard
+		if name == "" {
+			name = filepath.Base(path)
+		}
+		out = append(out, &formats.Shard{Name: name, Size: infos[k].Size, Digest: digests[k],
+			Locate: func(string) string { return path }})
+	}
+	return out
+}
+
+// allSafetensors reports whether every weight file is safetensors.
+func allSafetensors(parts []part) bool {
+	for _, p := range parts {
+		if p.C.Format != "safetensors" {
+			return false
+		}
+	}
+	return true
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// shadowed returns c's files but those at the root that the folder has a
+// file of the same name for (an MCF file's config.json next to the
+// folder's own): the folder's file is shown, and a warning says so.
+func shadowed(c *formats.Container, plain map[string]bool) []*formats.File {
+	out := c.Files[:0]
+	for _, f := range c.Files {
+		if len(f.Dir) == 0 && plain[f.Name] {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("the folder's own %s is shown at the root, not the one a weight file carries", f.Name))
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
