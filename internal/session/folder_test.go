@@ -75,7 +75,9 @@ func catPath(t testing.TB, s *session.Session, path string) []byte {
 // byte-identical, and the shards themselves under their own names.
 func TestCheckpointFolder(t *testing.T) {
 	dir := makeCheckpoint(t, "--shard-size", "60000")
-	var index struct{ WeightMap map[string]string `json:"weight_map"` }
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
 	raw, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
 	if err := json.Unmarshal(raw, &index); err != nil {
 		t.Fatal(err)
