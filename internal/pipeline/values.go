@@ -11,15 +11,16 @@ import (
 
 // NPYData returns the array data of t's tensor.npy: the reader NPY returns,
 // without its header. It is a window on that same reader, so reading either
-// decodes each block once (the cache holds it for both).
+// decodes each block once (the cache holds it for both). Its errors name
+// the tensor.
 func (p *Pipeline) NPYData(t *formats.Tensor) (Reader, error) {
 	info, err := p.NPYOf(t)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	r, err := p.NPY(t)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	head := int64(len(info.Header))
 	return &window{r: r, off: head, size: int64(info.Size) - head}, nil
@@ -30,7 +31,7 @@ func (p *Pipeline) NPYData(t *formats.Tensor) (Reader, error) {
 // component, which must be exactly the shape's byte size, checked by the
 // element rules of a strict tensor. tensor.npy widens these same bytes, and
 // both read the component through one reader, so its blocks are decoded
-// once for both. It fails when t is not dense.
+// once for both. It fails when t is not dense. Its errors name the tensor.
 func (p *Pipeline) DenseData(t *formats.Tensor) (Reader, error) {
 	l, ok := t.Logical.(formats.Dense)
 	if !ok {
