@@ -108,7 +108,7 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 		// The weight files are the root's safetensors, under their own
 		// names, next to their index.
 		for _, p := range parts {
-			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size())})
+			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size()), Weights: true})
 		}
 	}
 	origin := &tree.SourceInfo{Path: dir}

@@ -150,7 +150,7 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 	if c.Format == "safetensors" {
 		// The file itself is the root's weights, under the name loaders
 		// look for.
-		c.Files = append(c.Files, &formats.File{Name: "model.safetensors", Length: uint64(src.Size())})
+		c.Files = append(c.Files, &formats.File{Name: "model.safetensors", Length: uint64(src.Size()), Weights: true})
 	}
 	return s.finish(c, infos, digests, missing, nil, opts)
 }

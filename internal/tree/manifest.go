@@ -70,12 +70,12 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 
 	w.key("files")
 	w.open('{')
-	files := append([]*formats.File(nil), c.Files...)
-	key := func(f *formats.File) string {
-		return strings.Join(append(append([]string(nil), f.Dir...), f.Name), "/")
+	type listed struct {
+		key, path string
+		size      int64
 	}
-	sort.Slice(files, func(i, j int) bool { return key(files[i]) < key(files[j]) })
-	for _, f := range files {
+	var files []listed
+	for _, f := range c.Files {
 		size := f.Length
 		if f.Content != nil {
 			size = uint64(len(f.Content))
@@ -84,22 +84,23 @@ func (tr *Tree) writeManifest() ([][]byte, error) {
 		for i := len(f.Dir) - 1; i >= 0; i-- {
 			path = Escape(f.Dir[i]) + "/" + path
 		}
-		w.key(key(f))
-		w.open('{')
-		w.strField("path", path)
-		w.uintField("size", size)
-		w.close('}')
+		key := strings.Join(append(append([]string(nil), f.Dir...), f.Name), "/")
+		files = append(files, listed{key, path, int64(size)})
 	}
 	for _, x := range tr.extra {
 		size, err := x.Reader.Size()
 		if err != nil {
 			return nil, fmt.Errorf("manifest.json: %s: %w", x.Name, err)
 		}
-		w.key(x.Name)
+		files = append(files, listed{x.Name, Escape(x.Name), size})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].key < files[j].key })
+	for _, f := range files {
+		w.key(f.key)
 		w.open('{')
-		w.strField("path", x.Name)
+		w.strField("path", f.path)
 		w.key("size")
-		w.int(size)
+		w.int(f.size)
 		w.close('}')
 	}
 	w.close('}')

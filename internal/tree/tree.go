@@ -33,6 +33,7 @@ type Node struct {
 
 	children []*Node // sorted by name; for a tensor directory, filled by fill
 	tensor   *tensorDir
+	weights  bool // the model's weights again (formats.File.Weights, the view)
 }
 
 // tensorDir is the lazily filled directory of one tensor. It holds no more
@@ -245,7 +246,7 @@ func New(in Input) (*Tree, error) {
 		if err != nil {
 			return nil, fmt.Errorf("file %q: %w", f.Name, err)
 		}
-		parent.children = append(parent.children, &Node{Name: name, Reader: p.File(f)})
+		parent.children = append(parent.children, &Node{Name: name, Reader: p.File(f), weights: f.Weights})
 	}
 	for _, x := range in.Extra {
 		// Unsorted yet: Child cannot look.
@@ -254,7 +255,7 @@ func New(in Input) (*Tree, error) {
 				return nil, fmt.Errorf("file %q: name is taken", x.Name)
 			}
 		}
-		root.children = append(root.children, &Node{Name: x.Name, Reader: x.Reader})
+		root.children = append(root.children, &Node{Name: x.Name, Reader: x.Reader, weights: true})
 	}
 	root.children = append(root.children, &Node{Name: "manifest.json", Reader: &tr.manifest})
 	tr.manifest.build = tr.writeManifest
@@ -544,6 +545,9 @@ type File struct {
 	// Component is the component a component file holds; nil for any other
 	// file.
 	Component *formats.Component
+	// Weights marks the root's safetensors weights (the source files or the
+	// computed view): their bytes are the tensors' again.
+	Weights bool
 }
 
 // TensorPath returns the directory of tensor t from the root:
@@ -577,7 +581,7 @@ func (tr *Tree) OtherFiles() []File {
 			case c.IsDir():
 				walk(dir+c.Name+"/", c)
 			default:
-				out = append(out, File{Path: dir + c.Name, Reader: c.Reader})
+				out = append(out, File{Path: dir + c.Name, Reader: c.Reader, Weights: c.weights})
 			}
 		}
 	}
