@@ -22,7 +22,15 @@
 #     simple_packing 16 bits and simple_packing + szip, against decoding the
 #     same payload in-process on one core.
 #
+#   - model folders: every tensor of a MODEL_SIZE bf16 safetensors checkpoint
+#     folder (193 tensors, llama-shaped, 4 shards), memory-mapped and summed
+#     as a loader does, through the mount's root files with and without FUSE
+#     passthrough, against the same on the source folder; and the computed
+#     model.safetensors of the same model as a zstd zTensor v2 file against
+#     its tensor.npy files.
+#
 # Usage: scripts/bench.sh   SIZE=1GiB component size, RANDOM_SIZE=4GiB, TGM_SIZE=256MiB,
+#                           MODEL_SCALE=20 (about 600 MiB), SECTIONS="core folders",
 #                           WORK=dir where the files go (default /var/tmp), KEEP=1 keeps them
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,8 +53,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
+sections=${SECTIONS:-core folders}
+want() { [[ " $sections " == *" $1 "* ]]; }
 go build -o bin/ztfs ./cmd/ztfs
 go build -o bin/ztgen ./scripts/ztgen
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / s / 1048576 }'; }
+server_pid() { pgrep -f "ztfs mount --ready-fd 3 .* $mnt\$" | head -1; }
+read_time() { local t; t=$(now); dd if="$1" of=/dev/null bs=1M status=none; elapsed "$t"; }
+rows=()
+row() { rows+=("$(printf '| %s | %s | %s | %s | %s |' "$1" "$2" "$3" "$4" "$5")"); }
+
+if want core; then
 echo "writing test files in $work ..." >&2
 bin/ztgen raw "$work/raw.zt" "$size"
 bin/ztgen zstd "$work/zstd.zt" "$size"
@@ -57,12 +77,6 @@ offset=$(bin/ztfs inspect --json "$work/raw.zt" | jq '.tensors.big.components.da
 stored=$(bin/ztfs inspect --json "$work/zstd.zt" | jq '.tensors.big.components.data.stored.length')
 fstored=$(bin/ztfs inspect --json "$work/frames.zt" | jq '.tensors.big.components.data.stored.length')
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / s / 1048576 }'; }
-server_pid() { pgrep -f "ztfs mount --ready-fd 3 .* $mnt\$" | head -1; }
-read_time() { local t; t=$(now); dd if="$1" of=/dev/null bs=1M status=none; elapsed "$t"; }
 # sq_unmount unmounts squashfuse, waiting out a moment of "busy" right after
 # a reader closed its file, then detaching lazily.
 sq_unmount() {
@@ -70,9 +84,6 @@ sq_unmount() {
   for i in 1 2 3 4 5 6 7 8 9 10; do fusermount3 -u "$sqmnt" 2>/dev/null && return 0; sleep 0.2; done
   fusermount3 -uz "$sqmnt"
 }
-
-rows=()
-row() { rows+=("$(printf '| %s | %s | %s | %s | %s |' "$1" "$2" "$3" "$4" "$5")"); }
 
 # Raw component, sequential 1 MiB reads.
 cat "$work/raw.zt" >/dev/null # the source in the page cache, as for the baseline
@@ -212,7 +223,56 @@ for codec in zstd lz4 sp16 sp16-szip; do
   rm -f "$file"
 done
 
-printf '\nztfs %s, %s, %d cores, %s\n\n' "$(bin/ztfs --version | cut -d' ' -f2)" "$(uname -r)" "$(nproc)" "$(date -u +%Y-%m-%d)"
+fi # core
+
+if want folders; then
+  model=$work/model
+  echo "writing a checkpoint folder in $model ..." >&2
+  "$python" testdata/folders/make_checkpoint.py "$model" --scale "${MODEL_SCALE:-20}" --layers 21 --shard-size $((160 << 20))
+  model_bytes=$(cat "$model"/*.safetensors | wc -c)
+  shards=$(ls "$model"/*.safetensors | wc -l)
+  # A loader's pass: memory-map every safetensors file the index names and
+  # touch every tensor (a sum of its 16-bit words).
+  load='import json, os, struct, sys, time, numpy as np
+d = sys.argv[1]; t = time.time(); total = 0
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+for f in sorted(set(index["weight_map"].values())):
+    p = os.path.join(d, f)
+    with open(p, "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]; h = json.loads(fh.read(n))
+    mm = np.memmap(p, dtype=np.uint8, mode="r")
+    for k, v in h.items():
+        if k != "__metadata__":
+            b, e = v["data_offsets"]; a = mm[8 + n + b: 8 + n + e]
+            total += int((a.view(np.uint16) if a.size % 2 == 0 else a).sum(dtype=np.uint64))
+print(time.time() - t)'
+  cat "$model"/* >/dev/null
+  "$python" -c "$load" "$model" >/dev/null
+  direct=$("$python" -c "$load" "$model")
+  bin/ztfs mount "$model" "$mnt"
+  pt=$("$python" -c "$load" "$mnt")
+  bin/ztfs unmount "$mnt"
+  bin/ztfs mount --no-passthrough "$model" "$mnt"
+  nopt=$("$python" -c "$load" "$mnt")
+  bin/ztfs unmount "$mnt"
+  row "load every tensor of a $(mbps "$model_bytes" 1) MiB bf16 checkpoint folder ($shards shards, 193 tensors) through the root files, passthrough" "the same on the source folder ($(mbps "$model_bytes" "$direct") MiB/s)" "$(mbps "$model_bytes" "$pt") MiB/s" "$(ratio "$direct" "$pt")x" ">= 0.87x (1.15x the time)"
+  row "the same without passthrough (--no-passthrough: splice)" "the same" "$(mbps "$model_bytes" "$nopt") MiB/s" "$(ratio "$direct" "$nopt")x" "-"
+  # The same model as zstd zTensor v2: the computed view against tensor.npy.
+  bin/ztfs convert --encoding zstd "$model" "$work/model.zt" >/dev/null
+  cat "$work/model.zt" >/dev/null
+  bin/ztfs mount "$work/model.zt" "$mnt"
+  view_bytes=$(stat -c %s "$mnt/model.safetensors")
+  view=$(read_time "$mnt/model.safetensors")
+  bin/ztfs unmount "$mnt"
+  npy_bytes=$(bin/ztfs inspect --json "$work/model.zt" | jq '[.tensors[].npy.size] | add')
+  bin/ztfs mount "$work/model.zt" "$mnt"
+  t=$(now); cat "$mnt"/tensors/*/tensor.npy >/dev/null; npy=$(elapsed "$t")
+  bin/ztfs unmount "$mnt"
+  rm -rf "$model" "$work/model.zt"
+  row "model.safetensors of the same model as zstd zTensor v2 ($(mbps "$view_bytes" 1) MiB, bf16 kept), first read" "its tensor.npy files, first read ($(mbps "$npy_bytes" 1) MiB widened to f32, $(mbps "$npy_bytes" "$npy") MiB/s)" "$(mbps "$view_bytes" "$view") MiB/s" "$(ratio "$npy" "$view")x the speed" ">= 0.9x"
+fi # folders
+
+printf '\nztfs %s (commit %s%s), %s, %d cores, %s, as %s, sections: %s\n\n' "$(bin/ztfs --version | cut -d' ' -f2)" "$(git rev-parse --short HEAD)" "$(git diff --quiet HEAD || echo ', with changes')" "$(uname -r)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$(id -un)" "$sections"
 echo "| workload | baseline | ztfs | ratio | target |"
 echo "|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

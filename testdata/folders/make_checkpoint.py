@@ -6,7 +6,7 @@ uses (dtype size descending, then name), and model.safetensors.index.json
 with metadata.total_size and a sorted weight_map. Also config.json and a
 tokenizer file. Written with NumPy only, independently of ztfs.
 
-usage: make_checkpoint.py DIR [--shard-size BYTES] [--scale N] [--single]
+usage: make_checkpoint.py DIR [--shard-size BYTES] [--scale N] [--layers N] [--single]
 """
 import argparse, json, os, struct
 import numpy as np
@@ -17,18 +17,18 @@ def bf16(a):
     u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
     return u.astype(np.uint16)
 
-def tensors(scale, rng):
+def tensors(scale, layers, rng):
     """A llama-shaped model: embeddings, layers, norms; bf16 and f32."""
     h = 64 * scale
     out = {}
-    out["model.embed_tokens.weight"] = ("BF16", [256, h], bf16(rng.standard_normal((256, h))))
-    for i in range(2):
+    out["model.embed_tokens.weight"] = ("BF16", [256, h], bf16(rng.standard_normal((256, h), dtype=np.float32)))
+    for i in range(layers):
         p = f"model.layers.{i}."
         for n, shape in [("self_attn.q_proj.weight", [h, h]), ("self_attn.k_proj.weight", [h // 2, h]),
                          ("self_attn.v_proj.weight", [h // 2, h]), ("self_attn.o_proj.weight", [h, h]),
                          ("mlp.gate_proj.weight", [2 * h, h]), ("mlp.up_proj.weight", [2 * h, h]),
                          ("mlp.down_proj.weight", [h, 2 * h])]:
-            out[p + n] = ("BF16", shape, bf16(rng.standard_normal(shape)))
+            out[p + n] = ("BF16", shape, bf16(rng.standard_normal(shape, dtype=np.float32)))
         out[p + "input_layernorm.weight"] = ("F32", [h], rng.standard_normal(h).astype("<f4"))
         out[p + "post_attention_layernorm.weight"] = ("F32", [h], rng.standard_normal(h).astype("<f4"))
     out["model.norm.weight"] = ("F32", [h], rng.standard_normal(h).astype("<f4"))
@@ -57,10 +57,11 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--shard-size", type=int, default=100_000)
     ap.add_argument("--scale", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--single", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
-    ts = tensors(a.scale, np.random.default_rng(14))
+    ts = tensors(a.scale, a.layers, np.random.default_rng(14))
     with open(os.path.join(a.dir, "config.json"), "w") as f:
         json.dump({"architectures": ["LlamaForCausalLM"], "hidden_size": 64 * a.scale, "num_hidden_layers": 2}, f)
     with open(os.path.join(a.dir, "tokenizer.json"), "w") as f:
