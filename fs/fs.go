@@ -13,6 +13,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
 
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/tree"
@@ -208,10 +209,21 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 // data + one page), but a pipe holds one page per slot, the header takes a
 // slot, and an unaligned range touches one page more than its length needs:
 // a splice that runs out of slots comes back short, which go-fuse then
-// reports to the kernel as end of file. Such reads take the copying path.
+// reports to the kernel as end of file. Nor may the pipe exceed
+// /proc/sys/fs/pipe-max-size (1 MiB by default, so 1 MiB requests never
+// fit): go-fuse would refuse to grow it, log the refusal and copy. Such
+// reads take the copying path.
 func spliceFits(off, n int64) bool {
+	return spliceFitsPipe(off, n, int64(splice.MaxPipeSize()))
+}
+
+// spliceFitsPipe is spliceFits for pipes of at most maxPipe bytes.
+func spliceFitsPipe(off, n, maxPipe int64) bool {
 	const header = 16 // fuse_out_header
 	page := int64(os.Getpagesize())
+	if header+n+page > maxPipe {
+		return false
+	}
 	touched := (off%page + n + page - 1) / page
 	slots := int64(1)
 	for want := (n + header + page + page - 1) / page; slots < want; {
