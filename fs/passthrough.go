@@ -49,7 +49,8 @@ func newPassthrough(asked bool) *passthrough {
 // passthroughFile is the handle of a file opened for passthrough: the
 // source file's descriptor, which stays open for the life of the mount.
 // Reads, should the kernel send any (go-fuse could not register the file),
-// are the node's (fileNode.Read), which ignores the handle.
+// go to the node (fileNode.Read), which serves them as any other file's and
+// only logs, once, that passthrough was refused.
 type passthroughFile struct{ fd int }
 
 var _ gofs.FilePassthroughFder = (*passthroughFile)(nil)
