@@ -1,7 +1,8 @@
 // Package fs serves a laid-out container (tree.Tree) through FUSE:
 // read-only directories and files with exact sizes, reads at any offset,
-// zero-copy reads of raw regions, and the kernel page cache kept across
-// opens. It knows nothing of container formats.
+// zero-copy reads of raw regions, the kernel page cache kept across opens,
+// and files that are a whole source file read by the kernel itself (FUSE
+// passthrough). It knows nothing of container formats.
 package fs
 
 import (
@@ -12,6 +13,7 @@ import (
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/hanwen/go-fuse/v2/splice"
 
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/tree"
@@ -36,6 +38,25 @@ type Options struct {
 	OnChange func(func(error))
 	// Logf receives the reason of every read that fails with EIO.
 	Logf func(format string, args ...any)
+	// Passthrough has the kernel read the files that are a whole source
+	// file byte for byte (pipeline.WholeFile: the shards of a sharded
+	// checkpoint shown under their own names) from that file itself, with
+	// FUSE passthrough: their reads and memory maps then cost what those of
+	// the source file cost, and the server sees none. It takes Linux 6.9 or
+	// later, CAP_SYS_ADMIN (root) and a source guarded by a read lease;
+	// where any is missing those files are served as any other (splice).
+	// Mount logs which way they are served. Only Mount uses it (not a root
+	// from NewRoot).
+	//
+	// Opens are checked as ever (CheckNow), so a change of the source fails
+	// every later open with EIO; but a file opened before the change goes
+	// on reading whatever the source file holds, since no code of ztfs runs
+	// for its reads.
+	Passthrough bool
+
+	// onRead, if set, is called with every file read the server answers:
+	// tests count them.
+	onRead func(*tree.Node)
 }
 
 // node is shared by directories and files.
@@ -43,6 +64,7 @@ type node struct {
 	gofs.Inode
 	tn   *tree.Node
 	opts *Options
+	pt   *passthrough
 }
 
 type dirNode struct{ node }
@@ -58,13 +80,17 @@ var (
 )
 
 // NewRoot returns the root directory of t, to pass to go-fuse's Mount.
-func NewRoot(t *tree.Tree, opts Options) gofs.InodeEmbedder { return newRoot(t, opts) }
+// Its files are never passed through (Options.Passthrough needs Mount).
+func NewRoot(t *tree.Tree, opts Options) gofs.InodeEmbedder {
+	opts.Passthrough = false
+	return newRoot(t, opts)
+}
 
 func newRoot(t *tree.Tree, opts Options) *dirNode {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	return &dirNode{node{tn: t.Root, opts: &opts}}
+	return &dirNode{node{tn: t.Root, opts: &opts, pt: newPassthrough(opts.Passthrough)}}
 }
 
 // sourceChanged is what the mount does once its source changed: every read
@@ -129,11 +155,11 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, syscall.ENOENT
 	}
 	if child.IsDir() {
-		cd := &dirNode{node{tn: child, opts: d.opts}}
+		cd := &dirNode{node{tn: child, opts: d.opts, pt: d.pt}}
 		cd.fill(&out.Attr)
 		return d.NewInode(ctx, cd, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: child.ID}), 0
 	}
-	cf := &fileNode{node{tn: child, opts: d.opts}}
+	cf := &fileNode{node{tn: child, opts: d.opts, pt: d.pt}}
 	if errno := cf.fillFile(&out.Attr, func() string { return d.Path(nil) + "/" + name }); errno != 0 {
 		return nil, errno
 	}
@@ -168,8 +194,14 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 		}
 	}
 	// The content of an unchanged source never changes: let the kernel keep
-	// its cached pages from one open to the next.
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
+	// its cached pages from one open to the next. (go-fuse drops the flag
+	// when it passes a file through: the kernel then caches the source
+	// file's pages, not this file's.)
+	fh, errno := f.pt.handle(ctx, f.tn.Reader)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return fh, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // spliceFits reports whether go-fuse's splice of n bytes at file offset off
@@ -177,10 +209,21 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uin
 // data + one page), but a pipe holds one page per slot, the header takes a
 // slot, and an unaligned range touches one page more than its length needs:
 // a splice that runs out of slots comes back short, which go-fuse then
-// reports to the kernel as end of file. Such reads take the copying path.
+// reports to the kernel as end of file. Nor may the pipe exceed
+// /proc/sys/fs/pipe-max-size (1 MiB by default, so 1 MiB requests never
+// fit): go-fuse would refuse to grow it, log the refusal and copy. Such
+// reads take the copying path.
 func spliceFits(off, n int64) bool {
+	return spliceFitsPipe(off, n, int64(splice.MaxPipeSize()))
+}
+
+// spliceFitsPipe is spliceFits for pipes of at most maxPipe bytes.
+func spliceFitsPipe(off, n, maxPipe int64) bool {
 	const header = 16 // fuse_out_header
 	page := int64(os.Getpagesize())
+	if header+n+page > maxPipe {
+		return false
+	}
 	touched := (off%page + n + page - 1) / page
 	slots := int64(1)
 	for want := (n + header + page + page - 1) / page; slots < want; {
@@ -190,6 +233,14 @@ func spliceFits(off, n int64) bool {
 }
 
 func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if f.opts.onRead != nil {
+		f.opts.onRead(f.tn)
+	}
+	if _, ok := fh.(*passthroughFile); ok {
+		// Opened for passthrough, yet read here: go-fuse could not
+		// register the backing file, and serves the file as any other.
+		f.pt.refusedAtOpen(f.opts.Logf, f.Path(nil))
+	}
 	// Blocks decoded before a change would still be consistent, but the
 	// rule is simple: once the source changed, nothing is served.
 	if f.opts.Check != nil {

@@ -28,7 +28,8 @@ type MountOptions struct {
 	// for data, in bytes; 0 keeps the kernel's default (128 KiB).
 	ReadAhead int64
 	// Logf receives what could not be set up as asked, which does not
-	// stop the mount.
+	// stop the mount, and which way files that are a whole source file are
+	// served (Options.Passthrough); nil sends both to Options.Logf.
 	Logf func(format string, args ...any)
 }
 
@@ -43,8 +44,13 @@ const maxRequest = 1 << 20
 
 // Mount serves t read-only at mountpoint and returns once the mount is
 // ready. The caller waits for it with Server.Wait and ends it with
-// Server.Unmount.
+// Server.Unmount. When t has files that are a whole source file, Mount logs
+// once whether they are served with FUSE passthrough, or with splice and
+// why not (Options.Passthrough).
 func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fuse.Server, error) {
+	if mo.Logf == nil {
+		mo.Logf = opts.Logf
+	}
 	timeout := cacheTimeout
 	mountOpts := fuse.MountOptions{
 		FsName:        mo.FsName,
@@ -60,6 +66,11 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		DirectMount:      os.Geteuid() == 0,
 		DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
 	}
+	if !opts.Passthrough {
+		// Not negotiated: the kernel would give the mount a stacking depth
+		// (as overlayfs has) for nothing.
+		mountOpts.DisabledCapabilities = fuse.CAP_PASSTHROUGH
+	}
 	root := newRoot(t, opts)
 	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		MountOptions: mountOpts,
@@ -70,6 +81,10 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Opens of whole-file files wait for this: decide it first.
+	if note := root.pt.decide(server, t); note != "" && mo.Logf != nil {
+		mo.Logf("%s", note)
 	}
 	if opts.OnChange != nil {
 		opts.OnChange(root.sourceChanged)

@@ -29,6 +29,28 @@ type FileSpanner interface {
 	FileSpan(off, n int64) (span Span, ok bool)
 }
 
+// WholeFile is implemented by readers that may be exactly a whole source
+// file, byte for byte: a caller can then have the kernel read the file
+// itself (FUSE passthrough) instead of serving any read.
+type WholeFile interface {
+	// WholeFile returns the source whose bytes, all of them and nothing
+	// else, are the reader's, and whether there is one. It says nothing of
+	// whether the bytes may be handed out unchecked: a caller that lets the
+	// kernel read the file directly must first see that the source is
+	// guarded (Source.Guarded), as Span does, since no code of ztfs runs
+	// for such reads.
+	WholeFile() (src *Source, ok bool)
+}
+
+// AsWholeFile returns the source r is exactly, when it says so (see
+// WholeFile). A wrapper that changes no byte forwards to it.
+func AsWholeFile(r Reader) (*Source, bool) {
+	if w, ok := r.(WholeFile); ok {
+		return w.WholeFile()
+	}
+	return nil, false
+}
+
 // Span is a byte range of the source file for the kernel to splice.
 type Span struct {
 	Fd      uintptr
@@ -125,6 +147,14 @@ func (r *region) FileSpan(off, n int64) (Span, bool) {
 		return Span{}, false
 	}
 	return Span{Fd: r.src.Fd(), Off: r.off + off, release: release}, true
+}
+
+// WholeFile reports whether the region is the whole source file.
+func (r *region) WholeFile() (*Source, bool) {
+	if r.off != 0 || r.len != r.src.Size() {
+		return nil, false
+	}
+	return r.src, true
 }
 
 // verdict is the outcome of one digest check, made once, on first use.
