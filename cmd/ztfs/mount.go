@@ -162,7 +162,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	}
 	server, err := ztfs.Mount(mountpoint, s.Tree,
 		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
-			Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf},
+			Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
 		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 			ReadAhead: int64(f.readAhead), Logf: logf})
 	if err != nil {
