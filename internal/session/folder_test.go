@@ -12,6 +12,7 @@ import (
 
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv"
+	"github.com/ztfs/ztfs/internal/tree"
 )
 
 // makeCheckpoint writes a checkpoint folder as save_pretrained lays one out
@@ -368,4 +369,44 @@ func TestMixedFolder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A zTensor v2 shard that is damaged is its root's business, as for a
+// single file: the folder opens, the shard is named in a warning, and the
+// tensors it holds read as errors.
+func TestFolderDamagedV2Shard(t *testing.T) {
+	py := testenv.PythonWith(t, "numpy", "cbor2", "xxhash", "zstandard")
+	gen := t.TempDir()
+	if out, err := exec.Command(py, "../../testdata/ztensor/v2_interop/gen.py", gen).CombinedOutput(); err != nil {
+		t.Fatalf("gen.py: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	for _, n := range []string{"sharded.zt", "sharded-00001-of-00002.zt", "sharded-00002-of-00002.zt"} {
+		copyFile(t, filepath.Join(gen, n), filepath.Join(dir, n))
+	}
+	shard := filepath.Join(dir, "sharded-00002-of-00002.zt")
+	st, _ := os.Stat(shard)
+	if err := os.Truncate(shard, st.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	s := openS(t, dir, session.Options{})
+	if w := strings.Join(s.Container.Warnings, "\n"); !strings.Contains(w, `shard "00002-of-00002"`) {
+		t.Errorf("warnings %q", w)
+	}
+	m := manifestOf(t, s)
+	if _, err := catFile(mustLookup(t, s, m.Tensors["layers.1.weight"].Path+"/data")); err == nil {
+		t.Error("a tensor of the damaged shard reads")
+	}
+	if _, err := catFile(mustLookup(t, s, m.Tensors["lm_head.bias"].Path+"/data")); err != nil {
+		t.Errorf("a tensor of the root: %v", err)
+	}
+}
+
+func mustLookup(t *testing.T, s *session.Session, path string) *tree.Node {
+	t.Helper()
+	n, err := s.Tree.Lookup(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

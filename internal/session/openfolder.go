@@ -33,17 +33,32 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 	// A zTensor v2 root opens its shards itself: parse every weight file
 	// first, to know which of them are another's shards.
 	parsed := make([]*formats.Container, len(weights))
+	parseErrs := make([]error, len(weights))
 	for i, e := range weights {
-		if parsed[i], err = s.parseWeight(fd, e, opts.Guard); err != nil {
+		src, err := s.openFolderFile(fd, e, opts.Guard)
+		if err != nil {
 			return err
+		}
+		if parsed[i], err = detect.Open(src, src.Size()); err != nil {
+			parseErrs[i] = fmt.Errorf("%s: %w", e.Name, err)
 		}
 	}
 	consumed := map[string]bool{}
 	for i, c := range parsed {
+		if c == nil {
+			continue
+		}
 		for _, sh := range c.Shards {
 			if p := sh.Locate(weights[i].Path); filepath.Dir(p) == filepath.Clean(dir) {
 				consumed[filepath.Base(p)] = true
 			}
+		}
+	}
+	// A shard that does not parse as a file of its own is its root's
+	// business: the root names it when it opens it.
+	for i, err := range parseErrs {
+		if err != nil && !consumed[weights[i].Name] {
+			return err
 		}
 	}
 	// Lay the sources out again: each weight file followed by its shards.
@@ -193,20 +208,6 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 		return nil, fmt.Errorf("no tensor file in the folder: none of %s is zTensor, safetensors, Tensogram or MCF", strings.Join(names, ", "))
 	}
 	return out, nil
-}
-
-// parseWeight opens weight file e as a source (guarded when asked, so that
-// the lease covers its index) and parses its index.
-func (s *Session) parseWeight(fd *folder, e folderEntry, guard bool) (*formats.Container, error) {
-	src, err := s.openFolderFile(fd, e, guard)
-	if err != nil {
-		return nil, err
-	}
-	c, err := detect.Open(src, src.Size())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", e.Name, err)
-	}
-	return c, nil
 }
 
 // openFolderFile opens file e of the folder as the session's next source,
