@@ -197,7 +197,7 @@ func counted(n int, example string) string {
 }
 
 // backingError says in a user's words why the kernel refused a backing
-// file (fs/fuse/passthrough.c, fuse_backing_open).
+// file: the errors of FUSE_DEV_IOC_BACKING_OPEN.
 func backingError(errno syscall.Errno) string {
 	switch {
 	case errors.Is(errno, syscall.EPERM):

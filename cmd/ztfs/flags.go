@@ -71,7 +71,7 @@ type sourceFlags struct {
 func (f *sourceFlags) add(fl *pflag.FlagSet, view bool) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
 	if view {
-		fl.Var(&f.shardSize, "safetensors-shard-size", "split the computed model.safetensors into shards of at most SIZE, with model.safetensors.index.json, e.g. 5GB")
+		fl.Var(&f.shardSize, "safetensors-shard-size", "split the computed model.safetensors into shards of at most SIZE of tensor data, with model.safetensors.index.json, e.g. 4GiB (binary units: Hugging Face's 5GB is 5000000000)")
 	}
 }
 

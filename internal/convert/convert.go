@@ -69,6 +69,9 @@ func Write(s *session.Session, w *ztensor.V2Writer, opts Options) (*Report, erro
 	r := &Report{}
 	c := s.Container
 	for _, f := range c.Files {
+		if f.Weights {
+			continue // the tensors again, written as tensors
+		}
 		r.Dropped = append(r.Dropped, fmt.Sprintf("file %s: not a tensor (v2 holds tensors and attributes only)", strings.Join(append(append([]string{}, f.Dir...), f.Name), "/")))
 	}
 	var plans []*plan

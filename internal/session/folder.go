@@ -1,7 +1,7 @@
 package session
 
 import (
-	"bytes"
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
+
+	"github.com/ztfs/ztfs/internal/pipeline"
 )
 
 // A model folder is what a model hub hands out: weight files of any format,
@@ -23,8 +26,6 @@ type folderEntry struct {
 	// Path is the folder's path joined with Name: a symlink stays one, so
 	// that the source keeps checking the name the user sees.
 	Path string
-	// Target is where a symlink resolves to, "" for a plain file.
-	Target string
 }
 
 // folder is a listed model folder.
@@ -33,8 +34,6 @@ type folder struct {
 	Dir string
 	// Entries are its regular files in name order.
 	Entries []folderEntry
-	// Index is the index file the mount was asked for, nil for a folder.
-	Index *weightIndex
 	// roots are the directories symlinks may resolve into; nil when any
 	// target is allowed (--follow-symlinks).
 	roots []string
@@ -70,32 +69,39 @@ var errNotIndex = errors.New("not a weight index")
 // that is not JSON holding a "weight_map" object, and another error for
 // one that is but is malformed.
 func readIndex(path string) (*weightIndex, error) {
-	f, err := os.Open(path)
+	// Non-blocking: a FIFO swapped in fails the regular-file check rather
+	// than waiting for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	head := make([]byte, 1)
-	for {
-		if _, err := f.Read(head); err != nil {
-			return nil, errNotIndex
-		}
-		if !bytes.ContainsAny(head, " \t\r\n") {
-			break
-		}
-	}
-	if head[0] != '{' {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
 		return nil, errNotIndex
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	r := bufio.NewReaderSize(io.LimitReader(f, maxIndexSize+1), 64<<10)
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return nil, errNotIndex
+		}
+		if b == '{' {
+			break
+		}
+		if b != ' ' && b != '\t' && b != '\r' && b != '\n' {
+			return nil, errNotIndex
+		}
+	}
+	if st.Size() > maxIndexSize {
+		return nil, fmt.Errorf("JSON larger than %d MiB: too large for a weight index", maxIndexSize>>20)
+	}
+	if err := r.UnreadByte(); err != nil {
 		return nil, err
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxIndexSize+1))
+	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, err
-	}
-	if len(data) > maxIndexSize {
-		return nil, fmt.Errorf("index larger than %d MiB", maxIndexSize>>20)
 	}
 	var raw struct {
 		WeightMap json.RawMessage `json:"weight_map"`
@@ -105,7 +111,10 @@ func readIndex(path string) (*weightIndex, error) {
 	}
 	x := &weightIndex{Name: filepath.Base(path)}
 	if err := json.Unmarshal(raw.WeightMap, &x.WeightMap); err != nil {
-		return nil, fmt.Errorf("weight_map is not an object of tensor names to file names: %v", err)
+		return nil, fmt.Errorf("weight_map is not an object of tensor names to file names: %w", err)
+	}
+	if len(x.WeightMap) == 0 {
+		return nil, errors.New("weight_map lists no tensor")
 	}
 	for tensor, file := range x.WeightMap {
 		if file == "" || file == "." || file == ".." || strings.ContainsAny(file, "/\\\x00") {
@@ -153,7 +162,6 @@ func listFolder(dir string, follow bool) (*folder, error) {
 			if err := fd.allowed(de.Name(), target); err != nil {
 				return nil, err
 			}
-			e.Target = target
 			st, err := os.Stat(target)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", de.Name(), unwrapPath(err))
@@ -208,18 +216,33 @@ func within(path, root string) bool {
 	return strings.HasPrefix(path, root)
 }
 
-// cacheRepo returns the Hugging Face cache repository dir is in: the
-// nearest ancestor holding both blobs/ and snapshots/ (a snapshot's files
-// are symlinks into ../../blobs/), or "" when there is none.
+// cacheRepo returns the Hugging Face cache repository dir is a snapshot
+// of, or "" when it is none: dir must lie below <repo>/snapshots/, where
+// <repo> is named as the hub names them (models--org--name, datasets--…,
+// spaces--…) and holds blobs/, into which a snapshot's files link
+// (../../blobs/<hash>). Anything looser would let two directories named
+// blobs and snapshots anywhere above a folder widen what its links reach.
 func cacheRepo(dir string) string {
-	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
-		if isDir(filepath.Join(d, "blobs")) && isDir(filepath.Join(d, "snapshots")) {
-			return d
-		}
-		if parent := filepath.Dir(d); parent == d {
+	for d := dir; ; {
+		parent := filepath.Dir(d)
+		if parent == d {
 			return ""
 		}
+		if filepath.Base(d) == "snapshots" && d != dir && hubRepoName(filepath.Base(parent)) && isDir(filepath.Join(parent, "blobs")) {
+			return parent
+		}
+		d = parent
 	}
+}
+
+// hubRepoName reports whether name is a cache repository's directory name.
+func hubRepoName(name string) bool {
+	for _, kind := range []string{"models--", "datasets--", "spaces--"} {
+		if strings.HasPrefix(name, kind) && len(name) > len(kind) {
+			return true
+		}
+	}
+	return false
 }
 
 func isDir(path string) bool {
@@ -237,9 +260,27 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// openedPath returns the path the kernel holds for an open file
-// descriptor: what a symlink resolved to when the file was opened, immune
-// to a symlink swapped after listFolder looked at it.
-func openedPath(fd uintptr) (string, error) {
-	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+// checkOpened checks that the file name of the folder, opened from path as
+// src, is where the folder's files may lead: a symlink swapped after
+// listFolder looked at it cannot lead outside. The kernel's path for the
+// descriptor says where the open went; without /proc, the path resolved
+// again must be the file that was opened.
+func (fd *folder) checkOpened(name, path string, src *pipeline.Source) error {
+	if fd.roots == nil {
+		return nil
+	}
+	real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", src.Fd()))
+	if err != nil {
+		if real, err = filepath.EvalSymlinks(path); err != nil {
+			return fmt.Errorf("%s: %w", name, unwrapPath(err))
+		}
+		var opened, named syscall.Stat_t
+		if err := syscall.Fstat(int(src.Fd()), &opened); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := syscall.Stat(real, &named); err != nil || opened.Dev != named.Dev || opened.Ino != named.Ino {
+			return fmt.Errorf("%s: changed while the folder was opened", name)
+		}
+	}
+	return fd.allowed(name, real)
 }

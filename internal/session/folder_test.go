@@ -410,3 +410,61 @@ func mustLookup(t *testing.T, s *session.Session, path string) *tree.Node {
 	}
 	return n
 }
+
+// What a real model folder holds besides the weights mounts: an index of
+// other weights (pytorch_model.bin.index.json, with or without its .bin
+// files), a file named as the mount's own manifest.json, and several
+// Tensogram files, whose positional names go below each file's name.
+func TestFolderLeniencies(t *testing.T) {
+	dir := makeCheckpoint(t, "--shard-size", "60000")
+	writeJSON(t, filepath.Join(dir, "pytorch_model.bin.index.json"), map[string]any{
+		"metadata": map[string]any{"total_size": 10}, "weight_map": map[string]string{"lm_head.weight": "pytorch_model-00001-of-00002.bin"}})
+	s := openS(t, dir, session.Options{})
+	s.Close()
+	os.WriteFile(filepath.Join(dir, "pytorch_model-00001-of-00002.bin"), []byte("PK\x03\x04 not a tensor format ztfs reads"), 0o644)
+	os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(`{"mine": true}`), 0o644)
+	for _, path := range []string{dir, filepath.Join(dir, "model.safetensors.index.json")} {
+		s := openS(t, path, session.Options{})
+		if got := catPath(t, s, "manifest.json"); bytes.Contains(got, []byte("mine")) {
+			t.Errorf("%s: the folder's manifest.json replaced the mount's", path)
+		}
+		if w := strings.Join(s.Container.Warnings, "\n"); !strings.Contains(w, "the folder's manifest.json is not shown") {
+			t.Errorf("%s: warnings %q", path, w)
+		}
+	}
+
+	tgm := t.TempDir()
+	for _, n := range []string{"simple_f32.tgm", "mars_metadata.tgm", "multi_object.tgm"} {
+		copyFile(t, filepath.Join("../../testdata/tensogram/golden_v0.24.0", n), filepath.Join(tgm, n))
+	}
+	s = openS(t, tgm, session.Options{})
+	m := manifestOf(t, s)
+	for _, name := range []string{"simple_f32.tgm/0/object_0", "mars_metadata.tgm/0/object_0", "multi_object.tgm/0/object_2"} {
+		if tm, ok := m.Tensors[name]; !ok || tm.Path != "tensors/"+name {
+			t.Errorf("tensor %q: %+v", name, tm)
+		}
+	}
+	catPath(t, s, "tensors/multi_object.tgm/0/metadata.json")
+}
+
+// An index given as SOURCE is checked whatever its name, and an empty one
+// says so.
+func TestGivenIndex(t *testing.T) {
+	dir := makeCheckpoint(t, "--shard-size", "60000")
+	shard2 := "model-00002-of-00005.safetensors"
+	raw, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
+	var x map[string]any
+	json.Unmarshal(raw, &x)
+	wm := x["weight_map"].(map[string]any)
+	wm["lm_head.weight"] = shard2
+	writeJSON(t, filepath.Join(dir, "weights.json"), x)
+	if _, err := session.Open(filepath.Join(dir, "weights.json"), session.Options{CacheSize: 1 << 20}); err == nil ||
+		!strings.Contains(err.Error(), `weights.json puts tensor "lm_head.weight" in `+shard2) {
+		t.Errorf("a wrong index named weights.json: %v", err)
+	}
+	writeJSON(t, filepath.Join(dir, "empty.index.json"), map[string]any{"weight_map": map[string]string{}})
+	if _, err := session.Open(filepath.Join(dir, "empty.index.json"), session.Options{CacheSize: 1 << 20}); err == nil ||
+		!strings.Contains(err.Error(), "weight_map lists no tensor") {
+		t.Errorf("an empty index: %v", err)
+	}
+}

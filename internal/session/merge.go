@@ -35,6 +35,9 @@ func merge(parts []part) (*formats.Container, error) {
 	out.Tensors = make([]*formats.Tensor, 0, n)
 	for _, p := range parts {
 		c := p.C
+		if c.Format == "tensogram" && len(parts) > 1 {
+			prefixPaths(p)
+		}
 		if c.Format != out.Format {
 			out.Format, out.FormatVersion = "mixed", ""
 		} else if c.FormatVersion != out.FormatVersion {
@@ -65,6 +68,22 @@ func merge(parts []part) (*formats.Container, error) {
 	}
 	out.Attributes = commonAttributes(parts)
 	return out, nil
+}
+
+// prefixPaths puts the tensors of Tensogram file p below a directory named
+// after the file: their names are positions (message/object), which two
+// files of a folder share.
+func prefixPaths(p part) {
+	for _, t := range p.C.Tensors {
+		t.Path = append([]string{p.Name}, t.DirPath()...)
+		t.Name = p.Name + "/" + t.Name
+	}
+	// Its files below tensors/ (each message's metadata.json) move too.
+	for _, f := range p.C.Files {
+		if len(f.Dir) > 0 && f.Dir[0] == "tensors" {
+			f.Dir = append([]string{"tensors", p.Name}, f.Dir[1:]...)
+		}
+	}
 }
 
 // commonAttributes returns the attributes every part has with one value:

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -30,14 +31,56 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 	if err != nil {
 		return err
 	}
-	// A zTensor v2 root opens its shards itself: parse every weight file
-	// first, to know which of them are another's shards.
+	parsed, consumed, err := s.parseWeights(fd, weights, opts.Guard)
+	if err != nil {
+		return err
+	}
+	l, err := s.layOut(fd, weights, parsed, consumed, opts.Guard)
+	if err != nil {
+		return err
+	}
+	c, err := merge(l.parts)
+	if err != nil {
+		return err
+	}
+	plain, err := s.addPlainFiles(fd, c, l, opts.Guard)
+	if err != nil {
+		return err
+	}
+	if err := checkIndexes(c, l.parts, indexes, l.isWeight, plain, given); err != nil {
+		return err
+	}
+	c.Shards = shardsOf(l.infos, l.digests)
+	if allSafetensors(l.parts) {
+		// The weight files are the root's safetensors, under their own
+		// names, next to their index.
+		for _, p := range l.parts {
+			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size()), Weights: true})
+		}
+	}
+	origin := &tree.SourceInfo{Path: dir}
+	if given != nil {
+		origin.Path = filepath.Join(dir, given.Name)
+	}
+	for _, info := range l.infos {
+		if !info.Plain {
+			origin.Size += info.Size
+		}
+	}
+	s.Origin = origin
+	return s.finish(c, l.infos, l.digests, l.missing, origin, opts)
+}
+
+// parseWeights opens and parses every weight file, and returns the names
+// of those that are another's zTensor v2 shards: a root opens its shards
+// itself. The sources are appended to s.Sources in the order of weights.
+func (s *Session) parseWeights(fd *folder, weights []folderEntry, guard bool) ([]*formats.Container, map[string]bool, error) {
 	parsed := make([]*formats.Container, len(weights))
 	parseErrs := make([]error, len(weights))
 	for i, e := range weights {
-		src, err := s.openFolderFile(fd, e, opts.Guard)
+		src, err := s.openFolderFile(fd, e, guard)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if parsed[i], err = detect.Open(src, src.Size()); err != nil {
 			parseErrs[i] = fmt.Errorf("%s: %w", e.Name, err)
@@ -49,7 +92,7 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 			continue
 		}
 		for _, sh := range c.Shards {
-			if p := sh.Locate(weights[i].Path); filepath.Dir(p) == filepath.Clean(dir) {
+			if p := sh.Locate(weights[i].Path); filepath.Dir(p) == filepath.Clean(fd.Dir) {
 				consumed[filepath.Base(p)] = true
 			}
 		}
@@ -58,46 +101,85 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 	// business: the root names it when it opens it.
 	for i, err := range parseErrs {
 		if err != nil && !consumed[weights[i].Name] {
-			return err
+			return nil, nil, err
 		}
 	}
-	// Lay the sources out again: each weight file followed by its shards.
+	return parsed, consumed, nil
+}
+
+// layout is the folder's sources as the session numbers them, and what the
+// pipeline and the tree are told of each.
+type layout struct {
+	parts    []part
+	infos    []tree.SourceInfo
+	digests  []string
+	missing  []error
+	isWeight map[string]bool
+}
+
+// add appends the description of the session's next source.
+func (l *layout) add(info tree.SourceInfo, digest string, missing error) {
+	l.infos = append(l.infos, info)
+	l.digests = append(l.digests, digest)
+	l.missing = append(l.missing, missing)
+}
+
+// layOut orders the sources again: each weight file followed by its
+// shards, so that each container's Component.Source numbers shift by one
+// base. Consumed files (shards opened by their root) are closed.
+func (s *Session) layOut(fd *folder, weights []folderEntry, parsed []*formats.Container, consumed map[string]bool, guard bool) (*layout, error) {
 	opened := s.Sources
 	s.Sources = nil
-	var parts []part
-	var infos []tree.SourceInfo
-	var digests []string
-	var missing []error
-	isWeight := map[string]bool{}
+	l := &layout{isWeight: map[string]bool{}}
+	for name := range consumed {
+		l.isWeight[name] = true
+	}
 	for i, e := range weights {
 		src := opened[i]
 		if consumed[e.Name] {
 			src.Close()
 			continue
 		}
-		isWeight[e.Name] = true
+		l.isWeight[e.Name] = true
 		c := parsed[i]
-		parts = append(parts, part{Name: e.Name, C: c, Base: len(s.Sources)})
+		l.parts = append(l.parts, part{Name: e.Name, C: c, Base: len(s.Sources)})
 		s.Sources = append(s.Sources, src)
-		info := tree.SourceInfo{Path: e.Path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion, Attributes: orEmpty(c.Attributes)}
-		var shardInfos []tree.SourceInfo
-		shardInfos, shardDigests, shardMissing := s.openShards(c, e.Path, opts.Guard, nil)
-		infos = append(append(infos, info), shardInfos...)
-		digests = append(append(digests, ""), shardDigests[1:]...)
-		missing = append(append(missing, nil), shardMissing[1:]...)
-	}
-	for name := range consumed {
-		isWeight[name] = true
+		l.add(tree.SourceInfo{Path: e.Path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion, Attributes: orEmpty(c.Attributes)}, "", nil)
+		first := len(s.Sources)
+		infos, digests, missing := s.openShards(c, e.Path, guard, nil)
+		for k := range infos {
+			l.add(infos[k], digests[k+1], missing[k+1])
+		}
+		// The shards were opened by the name the root's convention gives:
+		// they obey the folder's symlink rule too.
+		for k, src := range s.Sources[first:] {
+			if src == nil {
+				continue
+			}
+			if err := fd.checkOpened(filepath.Base(infos[k].Path), infos[k].Path, src); err != nil {
+				for _, rest := range opened[i+1:] {
+					rest.Close()
+				}
+				return nil, err
+			}
+		}
 	}
 	s.WeightFiles = len(s.Sources)
-	c, err := merge(parts)
-	if err != nil {
-		return err
-	}
-	// Every file the weights do not use is shown at the root, as it is.
+	return l, nil
+}
+
+// addPlainFiles opens every file the weights do not use, to be shown at
+// the root as it is, and returns their names. Names the mount keeps for
+// itself, or that a weight file's own files take, are the folder's file
+// or the mount's, with a warning.
+func (s *Session) addPlainFiles(fd *folder, c *formats.Container, l *layout, guard bool) (map[string]bool, error) {
 	plain := map[string]bool{}
 	for _, e := range fd.Entries {
-		if !isWeight[e.Name] {
+		switch {
+		case l.isWeight[e.Name]:
+		case e.Name == "manifest.json" || e.Name == "tensors":
+			c.Warnings = append(c.Warnings, fmt.Sprintf("the folder's %s is not shown: the mount's own %s has the name", e.Name, e.Name))
+		default:
 			plain[e.Name] = true
 		}
 	}
@@ -106,36 +188,14 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 		if !plain[e.Name] {
 			continue
 		}
-		src, err := s.openFolderFile(fd, e, opts.Guard)
+		src, err := s.openFolderFile(fd, e, guard)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		c.Files = append(c.Files, &formats.File{Name: e.Name, Source: len(s.Sources) - 1, Length: uint64(src.Size())})
-		infos = append(infos, tree.SourceInfo{Path: e.Path, Size: src.Size(), Plain: true})
-		digests = append(digests, "")
-		missing = append(missing, nil)
+		l.add(tree.SourceInfo{Path: e.Path, Size: src.Size(), Plain: true}, "", nil)
 	}
-	if err := checkIndexes(c, parts, indexes, isWeight, plain); err != nil {
-		return err
-	}
-	c.Shards = shardsOf(infos, digests)
-	if allSafetensors(parts) {
-		// The weight files are the root's safetensors, under their own
-		// names, next to their index.
-		for _, p := range parts {
-			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size()), Weights: true})
-		}
-	}
-	origin := &tree.SourceInfo{Path: dir}
-	if given != nil {
-		origin.Path = filepath.Join(dir, given.Name)
-	}
-	for _, info := range infos {
-		if !info.Plain {
-			origin.Size += info.Size
-		}
-	}
-	return s.finish(c, infos, digests, missing, origin, opts)
+	return plain, nil
 }
 
 // classify names the format of every file of the folder by its bytes ("" for
@@ -154,17 +214,17 @@ func classify(fd *folder, given *weightIndex) (map[string]string, []*weightIndex
 			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
 		}
 		formatOf[e.Name] = f
-		if f != "" || !strings.HasSuffix(e.Name, ".index.json") {
-			continue
-		}
-		if given != nil && e.Name == given.Name {
+		switch {
+		case given != nil && e.Name == given.Name:
 			indexes = append(indexes, given)
+			continue
+		case f != "" || !strings.HasSuffix(e.Name, ".index.json"):
 			continue
 		}
 		switch x, err := readIndex(e.Path); {
 		case err == nil:
 			indexes = append(indexes, x)
-		case err != errNotIndex:
+		case !errors.Is(err, errNotIndex):
 			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
 		}
 	}
@@ -218,25 +278,19 @@ func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*pipeli
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)
 	}
-	if fd.roots == nil {
-		return src, nil
-	}
-	real, err := openedPath(src.Fd())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", e.Name, err)
-	}
-	if err := fd.allowed(e.Name, real); err != nil {
+	if err := fd.checkOpened(e.Name, e.Path, src); err != nil {
 		return nil, err
 	}
 	return src, nil
 }
 
-// checkIndexes checks every index of the folder against its weight files,
-// and notes the tensors no index lists.
-func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, isWeight, plain map[string]bool) error {
-	if len(indexes) == 0 {
-		return nil
-	}
+// checkIndexes checks the indexes of the folder against its weight files,
+// and notes the tensors no index lists. With given, the index the mount
+// was given is the one checked. Otherwise an index none of whose files is a
+// weight file describes other weights (pytorch_model.bin.index.json next
+// to safetensors shards) and is left alone, unless it is a safetensors
+// index, which must then have lost its shards.
+func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, isWeight, plain map[string]bool, given *weightIndex) error {
 	owner := map[string]string{}
 	for _, p := range parts {
 		for _, t := range p.C.Tensors {
@@ -244,13 +298,21 @@ func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, is
 		}
 	}
 	listed := map[string]bool{}
+	checked := 0
 	for _, x := range indexes {
+		if given != nil && x != given || given == nil && !describesWeights(x, isWeight) {
+			continue
+		}
 		if err := checkIndex(x, isWeight, plain, owner); err != nil {
 			return err
 		}
+		checked++
 		for name := range x.WeightMap {
 			listed[name] = true
 		}
+	}
+	if checked == 0 {
+		return nil
 	}
 	var unlisted []string
 	for name := range owner {
@@ -263,6 +325,20 @@ func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, is
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%d tensors are in no index of the folder (the first: %q); loaders that follow the index will not see them", len(unlisted), unlisted[0]))
 	}
 	return nil
+}
+
+// describesWeights reports whether index x is about the folder's weight
+// files: a safetensors index, or one that names a weight file.
+func describesWeights(x *weightIndex, isWeight map[string]bool) bool {
+	if strings.HasSuffix(x.Name, ".safetensors.index.json") {
+		return true
+	}
+	for _, f := range x.Files() {
+		if isWeight[f] {
+			return true
+		}
+	}
+	return false
 }
 
 // shardsOf describes sources 1.. for the container: what the pipeline and

@@ -67,6 +67,9 @@ type Session struct {
 	// WeightFiles counts the sources that hold tensors: the first
 	// WeightFiles of Sources.
 	WeightFiles int
+	// Origin describes what was opened when that is not Sources[0] (a
+	// folder or its index: the size is the weight files'); nil otherwise.
+	Origin *tree.SourceInfo
 	// ViewPath says how the root's safetensors weights are made:
 	// "source" (the safetensors files themselves), "computed" (the
 	// safetensors view) or "" (none: Container.Warnings says why).

@@ -121,9 +121,13 @@ func (v *verifier) run(path string) *Report {
 	if err != nil {
 		abs = path
 	}
+	size := v.s.Source().Size()
+	if v.s.Origin != nil {
+		size = v.s.Origin.Size
+	}
 	r := &Report{
 		Version:  ReportVersion,
-		File:     FileInfo{Path: abs, Size: v.s.Source().Size()},
+		File:     FileInfo{Path: abs, Size: size},
 		Format:   c.Format,
 		Warnings: append([]string{}, c.Warnings...),
 		Tensors:  make([]Tensor, 0, len(c.Tensors)),
