@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: builds ztfs, writes a small sample model, mounts it, shows the
 # tree, reads tensors with jq and with NumPy, and unmounts; then the same
-# for a bundled Tensogram file and a bundled quantized MCF model; then
+# for a bundled Tensogram file, a bundled quantized MCF model (and its root
+# model.safetensors) and a sharded checkpoint folder; then
 # converts the sample to zTensor v2 and checks a mount of it shows the same
 # tensors.
 # Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing)
@@ -82,6 +83,31 @@ step "jq -c '.tensors[\"model.embed_tokens.weight\"] | {layout, dtype, shape, me
 jq -c '.tensors["model.embed_tokens.weight"] | {layout, dtype, shape, method: .attributes.method, clip: [.attributes.min_clip, .attributes.max_clip]}' "$mnt/manifest.json"
 step python3 -c 'numpy.load("mnt/tensors/model.embed_tokens.weight/tensor.npy")'
 "$python" -c 'import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, a[0, :4])' "$mnt/tensors/model.embed_tokens.weight/tensor.npy"
+step "the root's model.safetensors, read as a safetensors loader reads it (header, then memory-mapped data)"
+"$python" - "$mnt/model.safetensors" <<'PY'
+import json, struct, sys, numpy as np
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; h = json.loads(f.read(n))
+print("__metadata__:", h.pop("__metadata__"))
+mm = np.memmap(sys.argv[1], dtype=np.uint8, mode="r")
+t = h["model.embed_tokens.weight"]; b, e = t["data_offsets"]
+print("model.embed_tokens.weight", t["dtype"], t["shape"], np.frombuffer(mm[8 + n + b: 8 + n + e], "<f4").reshape(t["shape"])[0, :4])
+PY
+step ztfs unmount mnt
+bin/ztfs unmount "$mnt"
+
+# A sharded checkpoint folder (as save_pretrained writes one): one tree.
+"$python" testdata/folders/make_checkpoint.py "$work/checkpoint" --shard-size 60000
+step ls checkpoint
+ls "$work/checkpoint"
+step ztfs mount checkpoint mnt
+bin/ztfs mount "$work/checkpoint" "$mnt"
+step ls mnt
+ls "$mnt"
+step "jq -c '[.sources[] | .path | split(\"/\") | last], .tensors[\"lm_head.weight\"].source' mnt/manifest.json"
+jq -c '[.sources[] | .path | split("/") | last], .tensors["lm_head.weight"].source' "$mnt/manifest.json"
+step "cmp checkpoint/model-00001-of-00005.safetensors mnt/model-00001-of-00005.safetensors"
+cmp "$work/checkpoint/model-00001-of-00005.safetensors" "$mnt/model-00001-of-00005.safetensors" && echo "same bytes"
 step ztfs unmount mnt
 bin/ztfs unmount "$mnt"
 
