@@ -27,10 +27,12 @@
 #     as a loader does, through the mount's root files with and without FUSE
 #     passthrough, against the same on the source folder; and the computed
 #     model.safetensors of the same model as a zstd zTensor v2 file against
-#     its tensor.npy files.
+#     its tensor.npy files;
+#   - GGUF: the tensor.npy of a Q4_0, Q8_0, Q4_K and Q6_K tensor (256 MiB of
+#     float32 each) against a memory copy of the same size.
 #
 # Usage: scripts/bench.sh   SIZE=1GiB component size, RANDOM_SIZE=4GiB, TGM_SIZE=256MiB,
-#                           MODEL_SCALE=20 (about 600 MiB), SECTIONS="core folders",
+#                           MODEL_SCALE=20 (about 600 MiB), SECTIONS="core folders gguf",
 #                           WORK=dir where the files go (default /var/tmp), KEEP=1 keeps them
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-sections=${SECTIONS:-core folders}
+sections=${SECTIONS:-core folders gguf}
 want() { [[ " $sections " == *" $1 "* ]]; }
 go build -o bin/ztfs ./cmd/ztfs
 go build -o bin/ztgen ./scripts/ztgen
@@ -271,6 +273,23 @@ print(time.time() - t)'
   rm -rf "$model" "$work/model.zt"
   row "model.safetensors of the same model as zstd zTensor v2 ($(mbps "$view_bytes" 1) MiB, bf16 kept), first read" "its tensor.npy files, first read ($(mbps "$npy_bytes" 1) MiB widened to f32, $(mbps "$npy_bytes" "$npy") MiB/s)" "$(mbps "$view_bytes" "$view") MiB/s" "$(ratio "$npy" "$view")x the speed" ">= 0.9x"
 fi # folders
+
+if want gguf; then
+  # GGUF: each tensor's tensor.npy (float32 dequantized from ggml blocks)
+  # read through a mount, against a memory copy of the same size.
+  elems=$((64 << 20))
+  out_bytes=$((elems * 4))
+  bin/ztgen gguf "$work/bench.gguf" "$elems"
+  cat "$work/bench.gguf" >/dev/null
+  copy=$(bin/ztgen memcpy "$out_bytes")
+  for t in q4_0 q8_0 q4_k q6_k; do
+    bin/ztfs mount "$work/bench.gguf" "$mnt"
+    npy=$(read_time "$mnt/tensors/$t/tensor.npy")
+    bin/ztfs unmount "$mnt"
+    row "GGUF ${t^^} tensor.npy ($(mbps "$out_bytes" 1) MiB of float32), first read" "memory copy of that size ($(mbps "$out_bytes" "$copy") MiB/s)" "$(mbps "$out_bytes" "$npy") MiB/s" "$(ratio "$copy" "$npy")x" ">= 0.35x"
+  done
+  rm -f "$work/bench.gguf"
+fi # gguf
 
 printf '\nztfs %s (commit %s%s), %s, %d cores, %s, as %s, sections: %s\n\n' "$(bin/ztfs --version | cut -d' ' -f2)" "$(git rev-parse --short HEAD)" "$(git diff --quiet HEAD || echo ', with changes')" "$(uname -r)" "$(nproc)" "$(date -u +%Y-%m-%d)" "$(id -un)" "$sections"
 echo "| workload | baseline | ztfs | ratio | target |"

@@ -13,6 +13,8 @@
 //	ztgen mcf OUT RxC METHOD    an MCF file with one [R, C] tensor "w" quantized with METHOD
 //	ztgen two OUT SIZE zstd|raw two f32 tensors "a" and "b" of SIZE bytes each
 //	ztgen randread FILE N SEED  N random aligned 4 KiB reads of FILE; print seconds
+//	ztgen gguf OUT ELEMENTS     a GGUF file with a Q4_0, Q8_0, Q4_K and Q6_K tensor of ELEMENTS each
+//	ztgen memcpy SIZE           copy SIZE bytes in memory; print the best seconds of five
 package main
 
 import (
@@ -41,7 +43,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 2 {
-		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | zstd-frames OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE | mcf OUT RxC METHOD | two OUT SIZE zstd|raw | randread FILE N SEED")
+		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | zstd-frames OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE | mcf OUT RxC METHOD | two OUT SIZE zstd|raw | randread FILE N SEED | gguf OUT ELEMENTS | memcpy SIZE")
 	}
 	switch cmd, out := args[0], args[1]; {
 	case cmd == "sample" && len(args) == 2:
@@ -80,6 +82,18 @@ func run(args []string) error {
 			return fmt.Errorf("size %q: want a multiple of 4 bytes", args[2])
 		}
 		return writeTwo(out, size, args[3] == "zstd")
+	case cmd == "gguf" && len(args) == 3:
+		n, err := strconv.ParseInt(args[2], 10, 64)
+		if err != nil {
+			return fmt.Errorf("elements %q", args[2])
+		}
+		return writeGGUF(out, n)
+	case cmd == "memcpy" && len(args) == 2:
+		size, err := units.RAMInBytes(args[1])
+		if err != nil || size <= 0 {
+			return fmt.Errorf("size %q", args[1])
+		}
+		return memcpy(size)
 	case cmd == "randread" && len(args) == 4:
 		n, err1 := strconv.Atoi(args[2])
 		seed, err2 := strconv.ParseInt(args[3], 10, 64)
