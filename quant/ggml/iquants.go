@@ -2,6 +2,7 @@ package ggml
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/x448/float16"
 )
@@ -45,27 +46,24 @@ func iqHalf(b []byte) float32 {
 }
 
 // iqSigned8 writes db×grid[j] for the eight bytes of a grid entry, negated
-// where bit j of signs is set.
+// where bit j of signs is set. The negation flips the sign bit instead of
+// branching: random signs would defeat branch prediction (ggml multiplies
+// by -1, which is the same for every non-NaN value).
 func iqSigned8(y []float32, db float32, grid uint64, signs uint8) {
 	y = y[:8]
 	for j := range 8 {
-		v := db * float32(uint8(grid>>(8*j)))
-		if signs&(1<<j) != 0 {
-			v = -v
-		}
-		y[j] = v
+		v := math.Float32bits(db * float32(uint8(grid>>(8*j))))
+		y[j] = math.Float32frombits(v ^ uint32(signs>>j&1)<<31)
 	}
 }
 
 // iqSigned4 is iqSigned8 for a 4-byte grid entry and signs bits shift..shift+3.
 func iqSigned4(y []float32, db float32, grid uint32, signs uint8, shift uint) {
 	y = y[:4]
+	s := uint32(signs >> shift)
 	for j := range 4 {
-		v := db * float32(uint8(grid>>(8*j)))
-		if signs&(1<<(uint(j)+shift)) != 0 {
-			v = -v
-		}
-		y[j] = v
+		v := math.Float32bits(db * float32(uint8(grid>>(8*j))))
+		y[j] = math.Float32frombits(v ^ (s>>j&1)<<31)
 	}
 }
 
