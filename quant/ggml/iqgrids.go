@@ -1,11 +1,11 @@
 package ggml
 
-// The i-quant grids, copied value for value from ggml's ggml-common.h
+// The i-quant grids, copied value for value from ggml's C tables
 // (iq2xxs_grid, iq2xs_grid, iq2s_grid, iq3xxs_grid, iq3s_grid, iq1s_grid).
 // They are data, not formulas: an index picks a whole vector of 4 or 8
 // magnitudes. iqgrids_test.go checks each one against properties that the
-// quantizer guarantees (sizes, value sets, no duplicates, sortedness) and a
-// SHA-256 of its bytes.
+// quantizer guarantees (sizes, value sets, no duplicates, sortedness) and
+// two SHA-256 sums: of ggml's table and of gguf-py's separately packed copy.
 
 // IQ2_XXS's 256 points of E8 lattice magnitudes: each entry is eight bytes,
 // element j in byte j, each 0x08, 0x19 or 0x2b (8, 25, 43).
@@ -1092,7 +1092,7 @@ var iq1sGrid = [2048]uint64{
 
 // ksignsIQ2XS[i] is the eight sign bits of seven stored bits i: bit 7 is
 // their parity, so that every group of eight has an even number of minus
-// signs (ggml-common.h's ksigns_iq2xs).
+// signs (ggml's ksigns_iq2xs).
 var ksignsIQ2XS = [128]uint8{
 	0, 129, 130, 3, 132, 5, 6, 135, 136, 9, 10, 139, 12, 141, 142, 15,
 	144, 17, 18, 147, 20, 149, 150, 23, 24, 153, 154, 27, 156, 29, 30, 159,
@@ -1105,5 +1105,5 @@ var ksignsIQ2XS = [128]uint8{
 }
 
 // kvaluesIQ4NL is the non-linear 4-bit code book of IQ4_NL and IQ4_XS
-// (ggml-quants.c's kvalues_iq4nl): denser near zero, where weights are.
+// (ggml's kvalues_iq4nl): denser near zero, where weights are.
 var kvaluesIQ4NL = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}

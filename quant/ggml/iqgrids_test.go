@@ -17,9 +17,9 @@ type iqGridCase struct {
 	levels  []byte   // the byte values an element may take, in gguf-py's grid_map order
 	sorted  bool     // ggml lists the entries in ascending order
 	// sha256 of the entries as little-endian bytes, computed from
-	// ggml-common.h's table.
+	// ggml's C table.
 	rawSHA string
-	// sha256 of gguf-py's grid_hex for the same grid (gguf-py/gguf/quants.py,
+	// sha256 of gguf-py's grid_hex for the same grid (gguf-py's quants module,
 	// an independent packing: each element as its index in levels, in
 	// bits(len(levels)-1) bits, low bits first within a byte).
 	packedSHA string
@@ -79,7 +79,7 @@ func TestIQGrids(t *testing.T) {
 			raw = append(raw, b[:c.width]...)
 		}
 		if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != c.rawSHA {
-			t.Errorf("%s: sha256 of the table is %x, ggml-common.h's is %s", c.name, sum, c.rawSHA)
+			t.Errorf("%s: sha256 of the table is %x, ggml's C table gives %s", c.name, sum, c.rawSHA)
 		}
 		// gguf-py's packing.
 		nbits := bits.Len(uint(len(c.levels) - 1))
@@ -103,7 +103,7 @@ func TestIQGrids(t *testing.T) {
 	}
 	if len(iq2xxsGrid) != 256 || len(iq2xsGrid) != 512 || len(iq2sGrid) != 1024 ||
 		len(iq3xxsGrid) != 256 || len(iq3sGrid) != 512 || len(iq1sGrid) != 2048 {
-		t.Error("grid sizes differ from ggml-common.h's")
+		t.Error("grid sizes differ from ggml's")
 	}
 	// ksigns: the seven stored bits, and their parity as the eighth.
 	for i, v := range ksignsIQ2XS {

@@ -167,7 +167,7 @@ func dequantIQ3S(y []float32, b []byte) {
 	}
 }
 
-// iqDelta is IQ1S_DELTA (ggml-common.h): IQ1 grids hold -1, 0, 1, and the
+// iqDelta is ggml's IQ1S_DELTA: IQ1 grids hold -1, 0, 1, and the
 // shift by ±1/8 makes the three levels asymmetric per group.
 const iqDelta = 0.125
 
