@@ -278,7 +278,7 @@ type File struct {
 
 // Logical describes how the logical tensor (tensor.npy) is assembled from a
 // tensor's components. Its implementations are Dense, SparseCSR, SparseCOO,
-// BlockQuantized, GroupQuantized, AffineQuantized and Microscaled.
+// BlockQuantized, GroupQuantized, AffineQuantized, Microscaled and GGML.
 type Logical interface{ logical() }
 
 // Dense is a row-major tensor held whole in one component: the elements of
@@ -375,6 +375,18 @@ type GroupQuantized struct {
 	GIdx                 string
 }
 
+// GGML is a tensor stored as ggml blocks (a GGUF tensor of a quantized
+// type): component Role holds the blocks of ggml type Type (a
+// quant/ggml.Type id) as stored, each block of BlockSize consecutive
+// elements of the flattened row-major tensor (blocks run along the last
+// axis, GGUF's ne[0], and never cross a row), dequantized to float32
+// exactly as ggml's reference dequantization does.
+type GGML struct {
+	Role string
+	Type uint32
+}
+
+func (GGML) logical()            {}
 func (GroupQuantized) logical()  {}
 func (AffineQuantized) logical() {}
 func (Microscaled) logical()     {}

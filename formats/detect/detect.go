@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/gguf"
 	"github.com/ztfs/ztfs/formats/mcf"
 	"github.com/ztfs/ztfs/formats/safetensors"
 	"github.com/ztfs/ztfs/formats/tensogram"
@@ -32,6 +33,8 @@ func Format(head []byte, size int64) string {
 		return "tensogram"
 	case mcf.Sniff(head):
 		return "mcf"
+	case gguf.Sniff(head):
+		return "gguf"
 	case safetensors.Sniff(head, size):
 		return "safetensors"
 	}
@@ -73,6 +76,8 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 		return tensogram.Open(r, size)
 	case "mcf":
 		return mcf.Open(r, size)
+	case "gguf":
+		return gguf.Open(r, size)
 	}
 	if size == 0 {
 		return nil, errors.New("unknown format: the file is empty")
@@ -80,5 +85,5 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < minContainer {
 		return nil, fmt.Errorf("unknown format: %d bytes is too small to be a container (the smallest, an empty zTensor v2 file, has %d)", size, minContainer)
 	}
-	return nil, errors.New("unknown format: not zTensor, safetensors, Tensogram or MCF")
+	return nil, errors.New("unknown format: not zTensor, safetensors, Tensogram, MCF or GGUF")
 }

@@ -397,6 +397,11 @@ func npyDType(t *formats.Tensor) (formats.DTypeInfo, error) {
 		dt = formats.F32
 	case formats.GroupQuantized, formats.AffineQuantized, formats.Microscaled:
 		dt = formats.F32
+	case formats.GGML:
+		if t.DType != formats.F32 {
+			return formats.DTypeInfo{}, fmt.Errorf("ggml blocks dequantize to f32, not %s", t.DType)
+		}
+		dt = formats.F32
 	default:
 		return formats.DTypeInfo{}, fmt.Errorf("layout %T has no tensor.npy", l)
 	}
@@ -434,7 +439,7 @@ func narrowed(t *formats.Tensor, half bool) bool {
 	case formats.Dense:
 		info, _ := l.DType.Info()
 		return info.NPY == "<f4" && quant.WidenerFor(l.DType) != nil
-	case formats.BlockQuantized, formats.GroupQuantized, formats.AffineQuantized, formats.Microscaled:
+	case formats.BlockQuantized, formats.GroupQuantized, formats.AffineQuantized, formats.Microscaled, formats.GGML:
 		return true
 	}
 	return false
@@ -550,6 +555,13 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		return d.out, nil
 	case formats.GroupQuantized:
 		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize)
+		if err != nil {
+			return nil, err
+		}
+		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
+		return g.out, nil
+	case formats.GGML:
+		g, err := newGGMLDequantized(t, l, readers, p.opts.BlockSize)
 		if err != nil {
 			return nil, err
 		}

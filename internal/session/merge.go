@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/gguf"
 )
 
 // part is one weight file of a model folder, parsed.
@@ -33,6 +34,7 @@ func merge(parts []part) (*formats.Container, error) {
 		n += len(p.C.Tensors)
 	}
 	out.Tensors = make([]*formats.Tensor, 0, n)
+	splits := ggufSplits(parts)
 	for _, p := range parts {
 		c := p.C
 		if c.Format == "tensogram" && len(parts) > 1 {
@@ -67,7 +69,40 @@ func merge(parts []part) (*formats.Container, error) {
 		}
 	}
 	out.Attributes = commonAttributes(parts)
+	if splits {
+		// The splits of a GGUF model: the general metadata is in the
+		// first only.
+		out.Attributes = map[string]any{}
+		for k, v := range parts[0].C.Attributes {
+			if k != "split.no" {
+				out.Attributes[k] = v
+			}
+		}
+	}
 	return out, nil
+}
+
+// ggufSplits reports whether parts are several GGUF files (the splits of
+// one model), and then moves the gguf_metadata.json of every part but the
+// first to gguf_metadata/<file name>.json, so that the root's is the
+// first split's, which holds the model's metadata.
+func ggufSplits(parts []part) bool {
+	if len(parts) < 2 {
+		return false
+	}
+	for _, p := range parts {
+		if p.C.Format != "gguf" {
+			return false
+		}
+	}
+	for _, p := range parts[1:] {
+		for _, f := range p.C.Files {
+			if f.Name == gguf.MetadataFile && f.Dir == nil {
+				f.Dir, f.Name = []string{"gguf_metadata"}, p.Name+".json"
+			}
+		}
+	}
+	return true
 }
 
 // prefixPaths puts the tensors of Tensogram file p below a directory named

@@ -265,7 +265,7 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 		if len(names) == 0 {
 			return nil, fmt.Errorf("no tensor file in the folder: it holds no regular file")
 		}
-		return nil, fmt.Errorf("no tensor file in the folder: none of %s is zTensor, safetensors, Tensogram or MCF", strings.Join(names, ", "))
+		return nil, fmt.Errorf("no tensor file in the folder: none of %s is zTensor, safetensors, Tensogram, MCF or GGUF", strings.Join(names, ", "))
 	}
 	return out, nil
 }

@@ -1,0 +1,105 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant/ggml"
+)
+
+// ggmlDequantized produces the float32 elements of a tensor stored as ggml
+// blocks (formats.GGML), block by block of output. ggml blocks hold
+// consecutive elements of the flattened tensor (they run along the last
+// axis and rows are whole blocks), so element k is in block k/BlockSize and
+// any range of the output needs only the contiguous blocks it covers.
+type ggmlDequantized struct {
+	typ       ggml.Type
+	info      ggml.Info
+	data      Reader
+	total     int64 // output bytes
+	blockSize int64
+	out       *cached
+}
+
+// ggmlBlocksPerStep bounds the ggml blocks one step of a fill decodes.
+const ggmlBlocksPerStep = 4096
+
+// newGGMLDequantized checks l against t's shape and the size of its data.
+func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) (Reader, error), blockSize int64) (*ggmlDequantized, error) {
+	info, err := ggml.Lookup(ggml.Type(l.Type))
+	if err != nil {
+		return nil, err
+	}
+	if info.Plain {
+		return nil, fmt.Errorf("%s is a plain type, not ggml blocks", info.Name)
+	}
+	if info.NoDequantize != "" {
+		return nil, fmt.Errorf("%s", info.NoDequantize)
+	}
+	n, err := formats.ElementCount(t.Shape)
+	if err != nil {
+		return nil, err
+	}
+	bs, ts := uint64(info.BlockSize), uint64(info.TypeSize)
+	if len(t.Shape) == 0 || t.Shape[len(t.Shape)-1]%bs != 0 {
+		return nil, fmt.Errorf("shape %v: the last axis is not whole %s blocks of %d", t.Shape, info.Name, bs)
+	}
+	hi, nbytes := bits.Mul64(n/bs, ts)
+	if hi != 0 || n > math.MaxInt64/4 {
+		return nil, fmt.Errorf("shape %v is too large", t.Shape)
+	}
+	data, err := readers(l.Role)
+	if err != nil {
+		return nil, err
+	}
+	have, err := data.Size()
+	if err != nil {
+		return nil, err
+	}
+	if uint64(have) != nbytes {
+		return nil, fmt.Errorf("component %q holds %d bytes, %d %s blocks of %d bytes need %d", l.Role, have, n/bs, info.Name, ts, nbytes)
+	}
+	return &ggmlDequantized{typ: ggml.Type(l.Type), info: info, data: data, total: int64(n) * 4, blockSize: blockSize}, nil
+}
+
+func (g *ggmlDequantized) size() (int64, error) { return g.total, nil }
+
+func (g *ggmlDequantized) block(k int64) ([]byte, error) {
+	if k < 0 || k*g.blockSize >= g.total {
+		return nil, fmt.Errorf("dequantized block %d out of range", k)
+	}
+	out := g.out.alloc(min(g.blockSize, g.total-k*g.blockSize))
+	// The block size is a multiple of 4: blocks hold whole float32 values.
+	e0 := k * g.blockSize / 4
+	e1 := e0 + int64(len(out)/4)
+	bs := int64(g.info.BlockSize)
+	var scratch []float32
+	var raw []byte
+	for a := e0; a < e1; {
+		// The ggml blocks [b0, b1) cover elements [a, end).
+		b0 := a / bs
+		b1 := min((e1+bs-1)/bs, b0+ggmlBlocksPerStep)
+		end := min(e1, b1*bs)
+		nb := b1 - b0
+		if int64(cap(scratch)) < nb*bs {
+			scratch = make([]float32, min(nb, ggmlBlocksPerStep)*bs)
+			raw = make([]byte, min(nb, ggmlBlocksPerStep)*int64(g.info.TypeSize))
+		}
+		vals, src := scratch[:nb*bs], raw[:nb*int64(g.info.TypeSize)]
+		if err := readFull(g.data, src, b0*int64(g.info.TypeSize)); err != nil {
+			return nil, fmt.Errorf("ggml blocks: %w", err)
+		}
+		if err := ggml.Dequantize(g.typ, vals, src); err != nil {
+			return nil, err
+		}
+		first := b0 * bs
+		for i, v := range vals[a-first : end-first] {
+			binary.LittleEndian.PutUint32(out[4*(a-e0+int64(i)):], math.Float32bits(v))
+		}
+		a = end
+	}
+	return out, nil
+}
