@@ -95,9 +95,9 @@ func TestRootSafetensors(t *testing.T) {
 				}
 			}
 			out := checkView(t, mnt, tc.computed)
-			// An odd-length f4 tensor and ggml blocks have no safetensors
+			// An odd-length f4 tensor has no safetensors
 			// form: the view is left empty, and says why.
-			empty := strings.Contains(tc.name, "odd") || strings.Contains(tc.name, "gguf")
+			empty := strings.Contains(tc.name, "odd")
 			if empty && !strings.Contains(mustRead(t, filepath.Join(mnt, "model.safetensors")), `"omitted"`) {
 				t.Errorf("the empty view does not say what it left out")
 			}

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant/ggml"
 )
 
 // attrs reads the attributes a profile requires; every failure breaks the
@@ -394,6 +396,22 @@ func (o *v2Object) gguf(t *formats.Tensor, n uint64) error {
 	if err := partSizeIs(data, mulSize(n/epb, bb), fmt.Sprintf("%d blocks of %d bytes", n/epb, bb)); err != nil {
 		return err
 	}
-	t.Unsupported = fmt.Sprintf("layout %s: ggml blocks are not dequantized yet (part \"data\" holds them as stored)", o.layout)
+	if unsupported(t, data.undecodable()) {
+		return nil
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(o.layout, "gguf."), "/1")
+	typ, info, ok := ggml.ByName(name)
+	switch {
+	case !ok:
+		t.Unsupported = fmt.Sprintf("layout %s: ggml has no type %q that ztfs knows (part \"data\" holds its blocks as stored)", o.layout, name)
+	case info.NoDequantize != "":
+		t.Unsupported = fmt.Sprintf("layout %s: %s", o.layout, info.NoDequantize)
+	case epb != uint64(info.BlockSize) || bb != uint64(info.TypeSize):
+		t.Unsupported = fmt.Sprintf("layout %s: elems_per_block %d and block_bytes %d are not ggml's %s blocks (%d elements in %d bytes)", o.layout, epb, bb, info.Name, info.BlockSize, info.TypeSize)
+	case len(t.Shape) > 0 && t.Shape[len(t.Shape)-1]%epb != 0:
+		t.Unsupported = fmt.Sprintf("layout %s: the last dimension %d is not a multiple of the %d-element block, so blocks would span rows", o.layout, t.Shape[len(t.Shape)-1], epb)
+	default:
+		t.Logical = formats.GGML{Role: "data", Type: uint32(typ)}
+	}
 	return nil
 }

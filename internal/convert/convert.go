@@ -156,6 +156,8 @@ func planTensor(pl *pipeline.Pipeline, t *formats.Tensor) (*plan, error) {
 		why = p.copyParts(pl, t, "zt.quant_group/1")
 	case formats.Microscaled:
 		why = p.copyParts(pl, t, "zt.mx/1")
+	case formats.GGML:
+		why = p.ggml(pl, t, l)
 	default:
 		why = fmt.Sprintf("layout %s has no v2 profile", t.Layout)
 	}

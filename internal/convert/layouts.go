@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/quant/ggml"
 )
 
 // v2Types are the element types v2 stores, as (dtype, logical type).
@@ -115,6 +117,23 @@ func (p *plan) copyParts(pl *pipeline.Pipeline, t *formats.Tensor, layout string
 	}
 	p.layout = layout
 	return ""
+}
+
+// ggml keeps ggml blocks as they are stored, in the gguf.<type>/1 profile,
+// whose attributes size them (docs/ztensor-v2.md).
+func (p *plan) ggml(pl *pipeline.Pipeline, t *formats.Tensor, l formats.GGML) string {
+	info, err := ggml.Lookup(ggml.Type(l.Type))
+	if err != nil {
+		return err.Error()
+	}
+	attrs := make(map[string]any, len(p.attrs)+2)
+	for k, v := range p.attrs {
+		attrs[k] = v
+	}
+	attrs["elems_per_block"] = uint64(info.BlockSize)
+	attrs["block_bytes"] = uint64(info.TypeSize)
+	p.attrs = attrs
+	return p.copyParts(pl, t, "gguf."+strings.ToLower(info.Name)+"/1")
 }
 
 // structural copies a tensor ztfs cannot decode as it is stored: its

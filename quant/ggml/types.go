@@ -5,7 +5,10 @@
 // is possible: every product in it is exact in float32).
 package ggml
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Type is a ggml type id, as GGUF tensor infos record it.
 type Type uint32
@@ -119,6 +122,16 @@ func Lookup(t Type) (Info, error) {
 		return Info{}, fmt.Errorf("ggml type %d (IQ4_NL_4_4/4_8/8_8) was removed from ggml", t)
 	}
 	return Info{}, fmt.Errorf("ggml type %d is unknown", t)
+}
+
+// ByName returns the type ggml calls name, in any case ("q4_k", "Q4_K").
+func ByName(name string) (Type, Info, bool) {
+	for t, info := range infos {
+		if strings.EqualFold(info.Name, name) {
+			return t, info, true
+		}
+	}
+	return 0, Info{}, false
 }
 
 // Dequantize decodes the whole blocks of type t in src into dst, one

@@ -1047,14 +1047,19 @@ def case_mx(g):
 
 
 def case_gguf(g):
-    f = g.new("gguf-q8_0.zt", "gguf.q8_0/1 [4,64]: 8 blocks of (f16 scale, 32 int8); listed, no tensor.npy")
+    f = g.new("gguf-q8_0.zt", "gguf.q8_0/1 [4,64]: 8 blocks of (f16 scale, 32 int8), dequantized as ggml "
+              "does (each value d * q in float32)")
     r = g.rng
     blocks = b""
+    values = []
     for _ in range(8):
-        blocks += struct.pack("<e", float(r.uniform(0.001, 0.02))) + r.integers(-128, 128, 32).astype(np.int8).tobytes()
+        d = np.float16(r.uniform(0.001, 0.02))
+        q = r.integers(-128, 128, 32).astype(np.int8)
+        blocks += d.tobytes() + q.tobytes()
+        values.append(np.float32(d) * q.astype(np.float32))
     assert len(blocks) == 8 * 34
     f.obj("w", [4, 64], "gguf.q8_0/1", {"data": f.part("u8", blocks, dig="xxh3")},
-          attrs={"elems_per_block": 32, "block_bytes": 34}, no_npy="gguf.q8_0/1: no tensor.npy yet")
+          attrs={"elems_per_block": 32, "block_bytes": 34}, npy=np.concatenate(values).reshape(4, 64))
     f.write()
 
 

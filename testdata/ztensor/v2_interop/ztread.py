@@ -664,6 +664,12 @@ class Model:
             return self.dequant(name, shape, n, pp, at)
         if lay == "zt.mx/1":
             return self.mx(name, shape, n, pp, at)
+        if lay == "gguf.q8_0/1":
+            # ggml's Q8_0 block: an f16 scale d, then 32 int8 codes; x = d * q.
+            raw = np.frombuffer(self.decoded(pp["data"]), dtype=np.uint8).reshape(-1, 34)
+            d = raw[:, :2].copy().view("<f2").astype(np.float32)
+            q = raw[:, 2:].copy().view(np.int8).astype(np.float32)
+            return (d * q).reshape(shape)
         raise ZtError("Unsupported", f"{name}: layout {lay}")
 
     def values_of(self, q, nnz):
