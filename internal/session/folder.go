@@ -50,10 +50,16 @@ type weightIndex struct {
 	Name string
 	// WeightMap maps each tensor to the file holding it.
 	WeightMap map[string]string
+	// Only, when set, are the weight files themselves, with no map of
+	// their tensors: the splits of a GGUF model named by one of them.
+	Only []string
 }
 
 // Files returns the files the index names, sorted and without repeats.
 func (x *weightIndex) Files() []string {
+	if x.Only != nil {
+		return x.Only
+	}
 	var out []string
 	for _, f := range x.WeightMap {
 		out = append(out, f)

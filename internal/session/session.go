@@ -147,6 +147,14 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if splits, err := splitSet(c, path); err != nil {
+		return err
+	} else if splits != nil {
+		// One split of a model: the model is all of them, next to it.
+		s.closeSources()
+		s.Sources, s.Unguarded = nil, nil
+		return s.openFolder(filepath.Dir(path), splits, opts)
+	}
 	infos := []tree.SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
 	infos, digests, missing := s.openShards(c, path, opts.Guard, infos)
 	s.WeightFiles = len(s.Sources)

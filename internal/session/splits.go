@@ -1,0 +1,53 @@
+package session
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+
+	"github.com/ztfs/ztfs/formats"
+)
+
+// splitName is how gguf-split (and llama.cpp's loader) names the files of
+// a split model: <prefix>-00001-of-00003.gguf.
+var splitName = regexp.MustCompile(`^(.*)-([0-9]{5})-of-([0-9]{5})\.gguf$`)
+
+// splitSet returns, for one split of a GGUF model (split.count > 1), the
+// model's files to open as a folder restricted to them; nil for any other
+// container. A split count its name contradicts is an error.
+func splitSet(c *formats.Container, path string) (*weightIndex, error) {
+	if c.Format != "gguf" {
+		return nil, nil
+	}
+	count, ok := attributeUint(c.Attributes["split.count"])
+	if !ok || count <= 1 {
+		return nil, nil
+	}
+	base := filepath.Base(path)
+	m := splitName.FindStringSubmatch(base)
+	if m == nil {
+		return nil, fmt.Errorf("a split of a %d-file GGUF model, but its name is not <prefix>-00001-of-%05d.gguf, the only way to find the other files", count, count)
+	}
+	if n, _ := strconv.ParseUint(m[3], 10, 64); n != count {
+		return nil, fmt.Errorf("split.count is %d but the name says of %s", count, m[3])
+	}
+	x := &weightIndex{Name: base}
+	for i := uint64(1); i <= count; i++ {
+		x.Only = append(x.Only, fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i, count))
+	}
+	return x, nil
+}
+
+// attributeUint reads a non-negative integer attribute.
+func attributeUint(v any) (uint64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return uint64(n), n >= 0
+	case uint64:
+		return n, true
+	case int:
+		return uint64(n), n >= 0
+	}
+	return 0, false
+}
