@@ -47,18 +47,21 @@ func blockKernel(t Type) kernel {
 // fp16 converts IEEE binary16 bits (ggml_half) to float32 exactly, as ggml's
 // GGML_FP16_TO_FP32 does: subnormals become normal float32 values (never
 // flushed to zero), infinities and NaNs keep their sign and payload.
+//
+// The exponent and mantissa bits, shifted into float32 position, read as a
+// float32 2¹¹² times too small (the exponent biases differ by 112; an f16
+// subnormal lands on a float32 subnormal with the same scaling), so one
+// exact multiplication by 2¹¹² finishes every finite value without a branch
+// on the exponent.
 func fp16(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch exp {
-	case 0:
-		// man·2⁻²⁴ is exact in float32; OR the sign in so that -0 stays -0.
-		return math.Float32frombits(math.Float32bits(float32(man)*0x1p-24) | sign)
-	case 0x1f:
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	bits := uint32(h&0x7fff) << 13
+	var f uint32
+	if bits >= 0x7c00<<13 {
+		f = bits | 0x7f800000 // infinity or NaN
+	} else {
+		f = math.Float32bits(math.Float32frombits(bits) * 0x1p112)
 	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
+	return math.Float32frombits(f | uint32(h&0x8000)<<16)
 }
 
 // le16 reads the little-endian ggml_half at b[0:2] and converts it.

@@ -117,9 +117,10 @@ func dequantQ4_K(dst []float32, b []byte) {
 		d1, m1 := d*float32(sc), dmin*float32(m)
 		sc, m = scaleMinK4(2*g+1, scales)
 		d2, m2 := d*float32(sc), dmin*float32(m)
-		for k := range v1 {
-			v1[k] = float32(d1*float32(k)) - m1
-			v2[k] = float32(d2*float32(k)) - m2
+		k := (*[16]float32)(codeValues[32:48]) // 0..15
+		for i := range v1 {
+			v1[i] = float32(d1*k[i]) - m1
+			v2[i] = float32(d2*k[i]) - m2
 		}
 		q := (*[32]byte)(blk[16+32*g : 48+32*g])
 		o := (*[64]float32)(y[64*g : 64*g+64])
@@ -182,10 +183,10 @@ func dequantQ6_K(dst []float32, b []byte) {
 			ds4 := d * float32(int8(sc[is+6]))
 			for l := 16 * h; l < 16*h+16; l++ {
 				a, c, hb := ql[l&31], ql[(l&31)+32], qh[l&31]
-				o[l&31] = ds1 * float32(int32(a&0xF|(hb&3)<<4)-32)
-				o[(l&31)+32] = ds2 * float32(int32(c&0xF|(hb>>2&3)<<4)-32)
-				o[(l&31)+64] = ds3 * float32(int32(a>>4|(hb>>4&3)<<4)-32)
-				o[(l&31)+96] = ds4 * float32(int32(c>>4|(hb>>6)<<4)-32)
+				o[l&31] = ds1 * codeValues[(a&0xF|(hb&3)<<4)&63]
+				o[(l&31)+32] = ds2 * codeValues[(c&0xF|(hb>>2&3)<<4)&63]
+				o[(l&31)+64] = ds3 * codeValues[(a>>4|(hb>>4&3)<<4)&63]
+				o[(l&31)+96] = ds4 * codeValues[(c>>4|(hb>>6)<<4)&63]
 			}
 		}
 	}

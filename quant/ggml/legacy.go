@@ -15,14 +15,24 @@ import "encoding/binary"
 // the hot loop is a table lookup per element, bit-identical to computing the
 // expression per element.
 
+// codeValues[i] is float32(i - 32) for the 6-bit codes: a load instead of an
+// integer-to-float conversion in the kernels (the same value, exactly).
+var codeValues = func() (t [64]float32) {
+	for i := range t {
+		t[i] = float32(i - 32)
+	}
+	return
+}()
+
 // dequantQ4_0 decodes block_q4_0: d f16, qs[16]; x = (q-8)*d.
 func dequantQ4_0(dst []float32, b []byte) {
 	y := (*[32]float32)(dst)
 	blk := (*[18]byte)(b)
 	d := le16(blk[0:2])
 	var v [16]float32
+	k := (*[16]float32)(codeValues[24:40]) // -8..7
 	for i := range v {
-		v[i] = float32(i-8) * d
+		v[i] = k[i] * d
 	}
 	qs := (*[16]byte)(blk[2:18])
 	for j, q := range qs {
@@ -37,8 +47,9 @@ func dequantQ4_1(dst []float32, b []byte) {
 	blk := (*[20]byte)(b)
 	d, m := le16(blk[0:2]), le16(blk[2:4])
 	var v [16]float32
+	k := (*[16]float32)(codeValues[32:48]) // 0..15
 	for i := range v {
-		v[i] = float32(float32(i)*d) + m
+		v[i] = float32(k[i]*d) + m
 	}
 	qs := (*[16]byte)(blk[4:20])
 	for j, q := range qs {
@@ -54,8 +65,9 @@ func dequantQ5_0(dst []float32, b []byte) {
 	d := le16(blk[0:2])
 	qh := binary.LittleEndian.Uint32(blk[2:6])
 	var v [32]float32
+	k := (*[32]float32)(codeValues[16:48]) // -16..15
 	for i := range v {
-		v[i] = float32(i-16) * d
+		v[i] = k[i] * d
 	}
 	qs := (*[16]byte)(blk[6:22])
 	for j, q := range qs {
@@ -73,8 +85,9 @@ func dequantQ5_1(dst []float32, b []byte) {
 	d, m := le16(blk[0:2]), le16(blk[2:4])
 	qh := binary.LittleEndian.Uint32(blk[4:8])
 	var v [32]float32
+	k := (*[32]float32)(codeValues[32:64]) // 0..31
 	for i := range v {
-		v[i] = float32(float32(i)*d) + m
+		v[i] = float32(k[i]*d) + m
 	}
 	qs := (*[16]byte)(blk[8:24])
 	for j, q := range qs {
