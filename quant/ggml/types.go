@@ -105,6 +105,8 @@ var infos = map[Type]Info{
 	TQ2_0:   {Name: "TQ2_0", BlockSize: QK_K, TypeSize: 66},
 	MXFP4:   {Name: "MXFP4", BlockSize: 32, TypeSize: 17},
 	NVFP4:   {Name: "NVFP4", BlockSize: 64, TypeSize: 36},
+	Q1_0:    {Name: "Q1_0", BlockSize: 128, TypeSize: 18},
+	Q2_0:    {Name: "Q2_0", BlockSize: 64, TypeSize: 18},
 }
 
 // Lookup returns the description of type t, or an error for an id ggml
