@@ -88,11 +88,22 @@ func TestGGUFFixtures(t *testing.T) {
 			if err := json.Unmarshal([]byte(manifest), &m); err != nil {
 				t.Fatal(err)
 			}
-			if m.Format != "gguf" || len(m.Tensors) != len(ef.Tensors) {
-				t.Fatalf("format %s, %d tensors, want gguf, %d", m.Format, len(m.Tensors), len(ef.Tensors))
+			want := len(ef.Tensors)
+			if strings.HasPrefix(ef.File, "split/") {
+				// One split named mounts the whole model: every split's
+				// tensors, the first split's metadata at the root.
+				want = 12
 			}
-			meta := mustRead(t, filepath.Join(mnt, "gguf_metadata.json"))
-			if c := run(t, "cat", path, "gguf_metadata.json"); c.stdout != meta {
+			if m.Format != "gguf" || len(m.Tensors) != want {
+				t.Fatalf("format %s, %d tensors, want gguf, %d", m.Format, len(m.Tensors), want)
+			}
+			metaPath := "gguf_metadata.json"
+			if strings.HasPrefix(ef.File, "split/") && !strings.Contains(ef.File, "-00001-of-") {
+				// The root's is the first split's: the others' are below.
+				metaPath = "gguf_metadata/" + filepath.Base(ef.File) + ".json"
+			}
+			meta := mustRead(t, filepath.Join(mnt, metaPath))
+			if c := run(t, "cat", path, metaPath); c.stdout != meta {
 				t.Errorf("cat gguf_metadata.json differs from the mount")
 			}
 			var keys map[string]struct {

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/x448/float16"
@@ -237,7 +238,10 @@ func TestV2RoundTripSparseAndGGUF(t *testing.T) {
 			part("indices", "u64", "", u64(0, 2, 1)), part("indptr", "u64", "", u64(0, 2, 3)), part("values", "f32", "", f32s([]float32{1, 2, 3}))},
 			npy: f32s([]float32{1, 0, 2, 0, 3, 0})},
 		{name: "gguf", layout: "gguf.q8_0/1", shape: []uint64{32}, attrs: map[string]any{"elems_per_block": uint64(32), "block_bytes": uint64(34)},
-			parts: []ztensor.V2Part{part("data", "u8", "", bytes.Repeat([]byte{1}, 34))}, noNPY: true},
+			// Every byte 1: the f16 scale 0x0101 is the subnormal 257×2^-24 and
+			// every int8 code is 1, so every value is the scale.
+			parts: []ztensor.V2Part{part("data", "u8", "", bytes.Repeat([]byte{1}, 34))},
+			npy:   f32s(slices.Repeat([]float32{float32(math.Ldexp(257, -24))}, 32))},
 	}
 	for _, seekable := range []bool{false, true} {
 		roundTrip(t, objects, seekable)

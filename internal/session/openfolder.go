@@ -243,6 +243,8 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 		for _, name := range given.Files() {
 			e, ok := byName[name]
 			switch {
+			case !ok && given.Only != nil:
+				return nil, fmt.Errorf("the model's split %s (of %d) is not next to it (a split missing from the download?)", name, len(given.Only))
 			case !ok:
 				return nil, fmt.Errorf("%s lists %s, which is not in the folder (a shard missing from the download?)", given.Name, name)
 			case formatOf[name] == "":
@@ -291,6 +293,9 @@ func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*pipeli
 // to safetensors shards) and is left alone, unless it is a safetensors
 // index, which must then have lost its shards.
 func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, isWeight, plain map[string]bool, given *weightIndex) error {
+	if given != nil && given.Only != nil {
+		return nil // the splits of a GGUF model: no tensor map to check
+	}
 	owner := map[string]string{}
 	for _, p := range parts {
 		for _, t := range p.C.Tensors {
