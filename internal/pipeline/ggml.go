@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant/ggml"
@@ -88,18 +89,37 @@ func (g *ggmlDequantized) block(k int64) ([]byte, error) {
 			scratch = make([]float32, min(nb, ggmlBlocksPerStep)*bs)
 			raw = make([]byte, min(nb, ggmlBlocksPerStep)*int64(g.info.TypeSize))
 		}
-		vals, src := scratch[:nb*bs], raw[:nb*int64(g.info.TypeSize)]
+		src := raw[:nb*int64(g.info.TypeSize)]
 		if err := readFull(g.data, src, b0*int64(g.info.TypeSize)); err != nil {
 			return nil, fmt.Errorf("ggml blocks: %w", err)
 		}
+		first := b0 * bs
+		if direct := floatsOf(out[4*(a-e0) : 4*(end-e0)]); a == first && end == b1*bs && direct != nil {
+			// Whole blocks: dequantized in place, saving a pass.
+			if err := ggml.Dequantize(g.typ, direct, src); err != nil {
+				return nil, err
+			}
+			a = end
+			continue
+		}
+		vals := scratch[:nb*bs]
 		if err := ggml.Dequantize(g.typ, vals, src); err != nil {
 			return nil, err
 		}
-		first := b0 * bs
 		for i, v := range vals[a-first : end-first] {
 			binary.LittleEndian.PutUint32(out[4*(a-e0+int64(i)):], math.Float32bits(v))
 		}
 		a = end
 	}
 	return out, nil
+}
+
+// floatsOf returns b as the float32 values it holds little-endian, sharing
+// its memory, or nil where that is not possible: on a big-endian machine,
+// or for a b that is not 4-byte aligned.
+func floatsOf(b []byte) []float32 {
+	if len(b) == 0 || len(b)%4 != 0 || uintptr(unsafe.Pointer(&b[0]))%4 != 0 || binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
