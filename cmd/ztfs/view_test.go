@@ -81,6 +81,10 @@ func TestRootSafetensors(t *testing.T) {
 		{"zTensor all dtypes", fixture("ztensor/v1_1/valid/all_dtypes.zt"), nil, true, nil},
 		{"zTensor zstd", fixture("ztensor/v1_1/valid/zstd.zt"), nil, true, nil},
 		{"Tensogram", fixture("tensogram/golden_v0.24.0/multi_object.tgm"), nil, true, nil},
+		{"GGUF plain types", fixture("gguf/plain_types.gguf"), nil, true, []string{"gguf_metadata.json"}},
+		{"GGUF k-quants", fixture("gguf/quant_k.gguf"), nil, true, nil},
+		{"GGUF i-quants float16", fixture("gguf/quant_iq.gguf"), []string{"--npy-dtype", "float16"}, true, nil},
+		{"GGUF split model", fixture("gguf/split/tiny-00001-of-00002.gguf"), nil, true, nil},
 		{"computed view in shards", fixture("mcf/tiny_q4.mcf"), []string{"--safetensors-shard-size", "4KiB"}, true, []string{"model.safetensors.index.json"}},
 	}, v2cases...) {
 		t.Run(tc.name, func(t *testing.T) {
