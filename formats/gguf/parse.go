@@ -216,8 +216,8 @@ func Parse(r io.ReaderAt, size int64) (*File, error) {
 }
 
 func (f *File) readKVs(c *cursor, n uint64) error {
-	f.KVs = make([]KV, 0, n)
-	seen := make(map[string]bool, n)
+	f.KVs = make([]KV, 0, min(n, growHint))
+	seen := make(map[string]bool)
 	for i := uint64(0); i < n; i++ {
 		key, err := c.str(fmt.Sprintf("key %d", i))
 		if err != nil {
@@ -326,21 +326,27 @@ func readArray(c *cursor, what string, depth int) (Array, error) {
 		a.Items, err = fixedItems(t, b, int(n), what)
 		return a, err
 	}
+	// The count is only a claim: memory grows with the items read, not
+	// with what the header says (a sparse file of any size costs nothing).
 	if t == TypeString {
-		items := make([]string, n)
-		for i := range items {
-			if items[i], err = c.str(fmt.Sprintf("%s[%d]", what, i)); err != nil {
+		items := make([]string, 0, min(n, growHint))
+		for i := uint64(0); i < n; i++ {
+			s, err := c.str(fmt.Sprintf("%s[%d]", what, i))
+			if err != nil {
 				return Array{}, err
 			}
+			items = append(items, s)
 		}
 		a.Items = items
 		return a, nil
 	}
-	items := make([]Array, n)
-	for i := range items {
-		if items[i], err = readArray(c, fmt.Sprintf("%s[%d]", what, i), depth+1); err != nil {
+	items := make([]Array, 0, min(n, growHint))
+	for i := uint64(0); i < n; i++ {
+		item, err := readArray(c, fmt.Sprintf("%s[%d]", what, i), depth+1)
+		if err != nil {
 			return Array{}, err
 		}
+		items = append(items, item)
 	}
 	a.Items = items
 	return a, nil
@@ -417,8 +423,8 @@ func fixedItems(t ValueType, b []byte, n int, what string) (any, error) {
 }
 
 func (f *File) readTensorInfos(c *cursor, n uint64) error {
-	f.Tensors = make([]TensorInfo, 0, n)
-	seen := make(map[string]bool, n)
+	f.Tensors = make([]TensorInfo, 0, min(n, growHint))
+	seen := make(map[string]bool)
 	for i := uint64(0); i < n; i++ {
 		name, err := c.str(fmt.Sprintf("tensor info %d: name", i))
 		if err != nil {
@@ -501,3 +507,7 @@ func (f *File) checkTensors(size uint64) error {
 	}
 	return nil
 }
+
+// growHint bounds the room made ahead for a list whose length the file
+// claims: lists grow as their items are read.
+const growHint = 1024

@@ -404,6 +404,8 @@ func (o *v2Object) gguf(t *formats.Tensor, n uint64) error {
 	switch {
 	case !ok:
 		t.Unsupported = fmt.Sprintf("layout %s: ggml has no type %q that ztfs knows (part \"data\" holds its blocks as stored)", o.layout, name)
+	case info.Plain:
+		t.Unsupported = fmt.Sprintf("layout %s: %s is a plain type, which v2 stores as a dense tensor, not in this profile", o.layout, info.Name)
 	case info.NoDequantize != "":
 		t.Unsupported = fmt.Sprintf("layout %s: %s", o.layout, info.NoDequantize)
 	case epb != uint64(info.BlockSize) || bb != uint64(info.TypeSize):

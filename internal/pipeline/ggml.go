@@ -85,8 +85,7 @@ func (g *ggmlDequantized) block(k int64) ([]byte, error) {
 		b1 := min((e1+bs-1)/bs, b0+ggmlBlocksPerStep)
 		end := min(e1, b1*bs)
 		nb := b1 - b0
-		if int64(cap(scratch)) < nb*bs {
-			scratch = make([]float32, min(nb, ggmlBlocksPerStep)*bs)
+		if int64(cap(raw)) < nb*int64(g.info.TypeSize) {
 			raw = make([]byte, min(nb, ggmlBlocksPerStep)*int64(g.info.TypeSize))
 		}
 		src := raw[:nb*int64(g.info.TypeSize)]
@@ -101,6 +100,9 @@ func (g *ggmlDequantized) block(k int64) ([]byte, error) {
 			}
 			a = end
 			continue
+		}
+		if int64(cap(scratch)) < nb*bs {
+			scratch = make([]float32, min(nb, ggmlBlocksPerStep)*bs)
 		}
 		vals := scratch[:nb*bs]
 		if err := ggml.Dequantize(g.typ, vals, src); err != nil {

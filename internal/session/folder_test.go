@@ -468,3 +468,27 @@ func TestGivenIndex(t *testing.T) {
 		t.Errorf("an empty index: %v", err)
 	}
 }
+
+// One split of a GGUF model named as SOURCE mounts the model's splits (and
+// nothing else of the folder); a split whose name disagrees with its keys
+// is refused, naming the disagreement.
+func TestGGUFSplitNamed(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"} {
+		copyFile(t, filepath.Join("../../testdata/gguf/split", n), filepath.Join(dir, n))
+	}
+	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not part of the model"), 0o644)
+	s := openS(t, filepath.Join(dir, "tiny-00002-of-00002.gguf"), session.Options{})
+	m := manifestOf(t, s)
+	if len(m.Tensors) != 12 || len(m.Sources) != 2 {
+		t.Errorf("%d tensors from %d files", len(m.Tensors), len(m.Sources))
+	}
+	if _, ok := m.Files["notes.txt"]; ok {
+		t.Error("the folder's other files are shown")
+	}
+	copyFile(t, filepath.Join(dir, "tiny-00002-of-00002.gguf"), filepath.Join(dir, "tiny-00001-of-00002.gguf"))
+	if _, err := session.Open(filepath.Join(dir, "tiny-00001-of-00002.gguf"), session.Options{CacheSize: 1 << 20}); err == nil ||
+		!strings.Contains(err.Error(), "split.no is 1 (split 2, counted from 1) but the name says split 1") {
+		t.Errorf("a split under another split's name: %v", err)
+	}
+}

@@ -43,9 +43,12 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 	if err != nil {
 		return err
 	}
-	plain, err := s.addPlainFiles(fd, c, l, opts.Guard)
-	if err != nil {
-		return err
+	plain := map[string]bool{}
+	if given == nil || given.Only == nil {
+		// One split named: its model, not the rest of the folder.
+		if plain, err = s.addPlainFiles(fd, c, l, opts.Guard); err != nil {
+			return err
+		}
 	}
 	if err := checkIndexes(c, l.parts, indexes, l.isWeight, plain, given); err != nil {
 		return err

@@ -32,6 +32,13 @@ func splitSet(c *formats.Container, path string) (*weightIndex, error) {
 	if n, _ := strconv.ParseUint(m[3], 10, 64); n != count {
 		return nil, fmt.Errorf("split.count is %d but the name says of %s", count, m[3])
 	}
+	k, _ := strconv.ParseUint(m[2], 10, 64)
+	if k < 1 || k > count {
+		return nil, fmt.Errorf("the name says split %d of %d, which is not a split of the model", k, count)
+	}
+	if no, ok := attributeUint(c.Attributes["split.no"]); ok && no+1 != k {
+		return nil, fmt.Errorf("split.no is %d (split %d, counted from 1) but the name says split %d", no, no+1, k)
+	}
 	x := &weightIndex{Name: base}
 	for i := uint64(1); i <= count; i++ {
 		x.Only = append(x.Only, fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i, count))

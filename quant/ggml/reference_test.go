@@ -9,7 +9,7 @@ import (
 
 // A slow, literal reference for every block type here: refValue computes
 // element i of a block on its own, straight from the block layout in
-// ggml-common.h and the arithmetic of ggml-quants.c's dequantize_row_* (and
+// ggml's block structs and the arithmetic of its dequantize_row_* (and
 // the packing of the matching quantize_row_*_ref), with nothing shared with
 // the kernels: the f16 conversion is x448/float16's, the fp4 values and
 // scales are computed from their bit definitions.
@@ -53,7 +53,7 @@ func refUE4M3Half(x byte) float32 {
 	return float32(math.Ldexp(1+man/8, exp-7) * 0.5)
 }
 
-// refScaleMinK4 is get_scale_min_k4 as ggml-quants.c writes it.
+// refScaleMinK4 is ggml's get_scale_min_k4.
 func refScaleMinK4(j int, q []byte) (d, m byte) {
 	if j < 4 {
 		return q[j] & 63, q[j+4] & 63

@@ -13,7 +13,7 @@ import (
 // Type is a ggml type id, as GGUF tensor infos record it.
 type Type uint32
 
-// The ggml type ids (ggml.h's enum ggml_type). Ids 4, 5 and 31–33, 36–38
+// The ggml type ids (ggml's enum ggml_type). Ids 4, 5 and 31–33, 36–38
 // belonged to types ggml has removed.
 const (
 	F32     Type = 0
