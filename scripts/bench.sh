@@ -38,7 +38,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
-ensure_packages fuse3 jq python3-numpy squashfs-tools squashfuse
+ensure_packages fuse3 jq python3-numpy squashfs-tools squashfuse procps
 python=$(python_with_numpy)
 
 size=${SIZE:-1GiB}

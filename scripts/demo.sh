@@ -5,7 +5,8 @@
 # model.safetensors) and a sharded checkpoint folder; then
 # converts the sample to zTensor v2 and checks a mount of it shows the same
 # tensors.
-# Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing)
+# Usage: scripts/demo.sh            (installs fuse3, jq, python3-numpy if missing;
+#                                    needs the Go of go.mod's go line)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh

@@ -1,19 +1,35 @@
 # Shared by the scripts in this folder: set-up a fresh Debian machine needs.
 # Source it; it changes nothing until a function is called.
 
-# ensure_go puts the Go toolchain on PATH.
+# ensure_go puts the Go toolchain on PATH and checks it is at least the
+# version go.mod's go line names: an older one would otherwise try to fetch
+# a toolchain, or fail with errors that do not say why.
 ensure_go() {
   if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
     export PATH=$PATH:/usr/local/go/bin
   fi
-  command -v go >/dev/null 2>&1 || { echo "ztfs needs Go (https://go.dev/dl/)" >&2; exit 1; }
+  local want have
+  want=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' go.mod)
+  if ! command -v go >/dev/null 2>&1; then
+    echo "ztfs needs Go $want or later (go.mod); there is none on PATH or in /usr/local/go/bin: install it from https://go.dev/dl/ into /usr/local/go" >&2
+    exit 1
+  fi
+  have=$(GOTOOLCHAIN=local go env GOVERSION)
+  have=${have#go}
+  if [ -n "$want" ] && [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)" != "$want" ]; then
+    echo "ztfs needs Go $want or later (go.mod); this is go$have ($(command -v go)): install it from https://go.dev/dl/ into /usr/local/go" >&2
+    exit 1
+  fi
 }
 
 # ensure_packages installs the Debian packages given, if any is missing:
 # fuse3 (fusermount3), jq, python3-numpy (NumPy for /usr/bin/python3),
 # python3-cbor2, python3-xxhash and python3-zstandard (the independent
 # zTensor v2 writer in testdata/ztensor/v2_interop), libaec-tools (libaec's
-# aec, the szip reference the tests compare with).
+# aec, the szip reference the tests compare with), gcc (cgo, which the race
+# detector needs), procps (pgrep: scripts/bench.sh and a lifecycle test find
+# the mount's server with it), attr (getfattr, for the extended-attribute
+# tests).
 ensure_packages() {
   local missing=()
   for pkg in "$@"; do

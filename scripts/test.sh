@@ -3,13 +3,14 @@
 # interop included, never skipped), the race detector on the concurrent
 # packages, a short run of every fuzz target, and the demo.
 # Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
-#        python3-xxhash, python3-zstandard, libaec-tools if missing)
+#        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps and
+#        attr if missing; needs the Go of go.mod's go line)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
-ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools
+ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr
 python_with_numpy >/dev/null
 [ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
 
