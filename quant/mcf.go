@@ -301,7 +301,7 @@ func align64(x uint64) (uint64, bool) {
 }
 
 // mcfLayout is where the regions of a q*/k* payload start, relative to the
-// payload (MCF spec §8).
+// payload (docs/formats/mcf.md, "Quantized payloads").
 type mcfLayout struct {
 	bpr, spr   uint64 // blocks and super-blocks (k only) per row
 	tb, ts     uint64 // total blocks and super-blocks (k only)
@@ -349,9 +349,10 @@ func layoutMCF(m mcfMethod, rows, cols uint64) (mcfLayout, error) {
 	return l, nil
 }
 
-// MCFLayout locates the regions of a q*/k* payload (MCF spec §8), in bytes
-// from the payload's start: the float16 block scales (q*) or super-block
-// scales (k*) at 0, the 6-bit sub-scales (k* only) and the packed codes.
+// MCFLayout locates the regions of a q*/k* payload (docs/formats/mcf.md,
+// "Quantized payloads"), in bytes from the payload's start: the float16 block
+// scales (q*) or super-block scales (k*) at 0, the 6-bit sub-scales (k* only)
+// and the packed codes.
 type MCFLayout struct {
 	BlocksPerRow, SuperBlocksPerRow uint64 // SuperBlocksPerRow: k* only
 	Blocks, SuperBlocks             uint64
@@ -384,7 +385,7 @@ func LayoutMCF(method string, rows, cols uint64) (MCFLayout, error) {
 }
 
 // MCFPayloadSize is the exact size of a q*/k* payload of a [rows, cols]
-// tensor (QuantPayloadSize of the MCF spec §8): for q8 and q4
+// tensor (docs/formats/mcf.md, "Quantized payloads"): for q8 and q4
 // align64(2·TB) + TB·B, for k6, k4, k3 and k2
 // align64(align64(2·TS) + TB) + TB·B, with TB = rows·ceil(cols/32) blocks,
 // TS = rows·ceil(ceil(cols/32)/8) super-blocks and B the bytes of one
@@ -482,12 +483,12 @@ func packCodes(bits int, q *[MCFBlockSize]int8, out []byte) {
 	}
 }
 
-// QuantizeMCF quantizes a [rows, cols] float32 tensor (row-major) with
-// method "q8", "q4", "k6", "k4", "k3" or "k2" and returns the whole payload
-// in the structure-of-arrays layout of the MCF spec §8, byte for byte what
-// mantle's "quantize" command writes. Each value is first clamped to
-// [minClip, maxClip]; mantle's defaults are those of MCFClipBounds, which
-// the caller also records in the QuantInfo section.
+// QuantizeMCF quantizes a [rows, cols] float32 tensor (row-major) with method
+// "q8", "q4", "k6", "k4", "k3" or "k2" and returns the whole payload in the
+// structure-of-arrays layout of docs/formats/mcf.md ("Quantized payloads"),
+// byte for byte what mantle's "quantize" command writes. Each value is first
+// clamped to [minClip, maxClip]; mantle's defaults are those of MCFClipBounds,
+// which the caller also records in the QuantInfo section.
 //
 // As in mantle, blocks of 32 run along each row (the last one padded with
 // zeros); the q family stores per block the f16 scale maxAbs/qMax

@@ -111,8 +111,9 @@ func payloadOf(t testing.TB, file []byte, r mcfRow) []byte {
 	return file[r.off : r.off+r.size]
 }
 
-// Test-side description of the q*/k* methods and of the §8 layout, written
-// out independently of mcf.go.
+// Test-side description of the q*/k* methods and of the payload layout
+// (docs/formats/mcf.md, "Quantized payloads"), written out independently of
+// mcf.go.
 var testMethods = map[string]struct {
 	bits int
 	k    bool
@@ -251,9 +252,9 @@ func TestMCFDequantizeFixtures(t *testing.T) {
 	})
 }
 
-// mcfSources reads the source values of the seven tensors from
-// tiny_f32.mcf as float32, converting as mantle's quantizer does (§11 step
-// 1): f16 by the full IEEE conversion, bf16 by << 16.
+// mcfSources reads the source values of the seven tensors from tiny_f32.mcf as
+// float32, converting as mantle's quantizer does (docs/formats/mcf.md,
+// "Quantizer"): f16 by the full IEEE conversion, bf16 by << 16.
 func mcfSources(t testing.TB, dir string, rows []mcfRow) map[string][]float32 {
 	t.Helper()
 	file := readFixture(t, dir, "tiny_f32.mcf")
@@ -283,8 +284,9 @@ func mcfSources(t testing.TB, dir string, rows []mcfRow) map[string][]float32 {
 	return src
 }
 
-// mcfQuantInfo returns the QuantInfo records (tensor index → method, min
-// clip, max clip) of an MCF file, read with just enough of §3, §4 and §7.
+// mcfQuantInfo returns the QuantInfo records (tensor index → method, min clip,
+// max clip) of an MCF file, read with just enough of docs/formats/mcf.md
+// ("Header", "Sections", "QuantInfo").
 func mcfQuantInfo(t testing.TB, file []byte) map[int][3]uint32 {
 	t.Helper()
 	le := binary.LittleEndian
@@ -434,7 +436,8 @@ func TestQuantizeBareSmall(t *testing.T) {
 	}
 }
 
-// naiveF16FTZ is §10's f16(): written from the definition of binary16.
+// naiveF16FTZ is the float16 widening of docs/formats/mcf.md, "Dequantization",
+// written from the definition of binary16.
 func naiveF16FTZ(h uint16) float32 {
 	sign := 1.0
 	if h&0x8000 != 0 {
@@ -540,7 +543,8 @@ func TestKBlockScale(t *testing.T) {
 	}
 }
 
-// naiveCodes extracts the 32 codes of one block bit by bit (§9).
+// naiveCodes extracts the 32 codes of one block bit by bit
+// (docs/formats/mcf.md, "Codes").
 func naiveCodes(bits int, block []byte) [32]int {
 	var c [32]int
 	for i := range c {
@@ -667,7 +671,8 @@ func TestDequantizeBlocksErrors(t *testing.T) {
 	}
 }
 
-// TestMCFPackingExamples checks the examples of spec §9 in both directions.
+// TestMCFPackingExamples checks the examples of docs/formats/mcf.md, "Codes",
+// in both directions.
 func TestMCFPackingExamples(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -730,7 +735,7 @@ func TestMCFPayloadSize(t *testing.T) {
 		rows, cols uint64
 		want       uint64
 	}{
-		// The worked examples of spec §8.
+		// The worked examples of docs/formats/mcf.md, "Quantized payloads".
 		{"k4", 4, 300, 768},
 		{"q8", 4, 300, 1408},
 		{"k3", 3, 32, 164},

@@ -11,9 +11,10 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// This file holds a reference decoder for every stored type that has a
-// widener, written from the format definitions (safetensors.md §5, the OCP
-// FP8 and MX specifications) and sharing no code or tables with widen.go.
+// This file holds a reference decoder for every stored type that has a widener,
+// written from the format definitions (docs/formats/safetensors.md "Dtypes",
+// the OCP FP8 and MX specifications) and sharing no code or tables with
+// widen.go.
 
 // nanRule is how a format spends its top exponent and its NaN codes.
 type nanRule int

@@ -15,8 +15,8 @@ type modelInfo struct {
 }
 
 // readModelInfo decodes the ModelInfo section best-effort: no outcome is a
-// mount error (§14), only a read failure of the source is reported as the
-// decoding error.
+// mount error (docs/formats/mcf.md, "ModelInfo"), only a read failure of the
+// source is reported as the decoding error.
 func readModelInfo(f *file, s *section) *modelInfo {
 	if s == nil {
 		return nil
@@ -159,7 +159,7 @@ func orEmpty(v []any) []any {
 	return v
 }
 
-// tensor maps one checked entry onto the model (§17.4).
+// tensor maps one checked entry onto the model (docs/formats/mcf.md, "The mount").
 func tensor(e *entry) *formats.Tensor {
 	t := &formats.Tensor{
 		Name:  e.name,

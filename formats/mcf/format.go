@@ -24,7 +24,8 @@ const (
 // 64-byte boundaries; files with q*/k* tensors must set it.
 const FlagTensorDataAligned64 = 1
 
-// Fixed sizes of the binary structures (specs/mcf.md §3–§7).
+// Fixed sizes of the binary structures (docs/formats/mcf.md, "Header" to
+// "QuantInfo").
 const (
 	headerSize      = 40
 	dirEntrySize    = 24
@@ -90,7 +91,7 @@ func resourceType(name string) (uint32, bool) {
 // the structural section's name, or "" for an unknown type.
 func SectionName(typ uint32) string { return sectionNames[typ] }
 
-// DType codes of the TensorIndex (§5.4).
+// DType codes of the TensorIndex (docs/formats/mcf.md, "Dtype codes").
 const (
 	DTypeUnknown uint16 = 0
 	DTypeF32     uint16 = 1
@@ -120,7 +121,7 @@ type family int
 
 const (
 	famPlain family = iota + 1
-	famInt          // int8 / int4: mantle's bare codes (§13)
+	famInt          // int8 / int4: mantle's bare codes
 	famQ            // q8 / q4: block scales, codes
 	famK            // k6 / k4 / k3 / k2: super scales, sub-scales, codes
 )
@@ -174,7 +175,7 @@ func dtypeLabel(code uint32) string {
 	return fmt.Sprintf("unassigned dtype %d", code)
 }
 
-// Quantized payload geometry (§8).
+// Quantized payload geometry (docs/formats/mcf.md, "Quantized payloads").
 const (
 	quantBlock       = 32  // values per block
 	quantSuperBlocks = 8   // blocks per super-block
@@ -226,7 +227,8 @@ func Quant(code uint16, rows, cols uint64) (QuantLayout, error) {
 		Size:       q.Size}, nil
 }
 
-// QuantPayloadSize is the stored size of a q*/k* payload (§8).
+// QuantPayloadSize is the stored size of a q*/k* payload (docs/formats/mcf.md,
+// "Quantized payloads").
 func QuantPayloadSize(code uint16, rows, cols uint64) (uint64, error) {
 	l, err := Quant(code, rows, cols)
 	return l.Size, err

@@ -7,8 +7,8 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// TestQuantWorkedExamples checks §8's table of payload sizes and one
-// layout in full.
+// TestQuantWorkedExamples checks the worked payload sizes of
+// docs/formats/mcf.md ("Quantized payloads") and one layout in full.
 func TestQuantWorkedExamples(t *testing.T) {
 	for _, tc := range []struct {
 		code       uint16

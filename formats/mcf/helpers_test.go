@@ -11,8 +11,8 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// fixtureDir is the shared MCF corpus (testdata/mcf, a copy of
-// shared/fixtures/mcf).
+// fixtureDir is the MCF corpus (testdata/mcf/README.md says where it comes
+// from).
 var fixtureDir = filepath.Join("..", "..", "testdata", "mcf")
 
 func readFixture(t testing.TB, name string) []byte {
@@ -76,7 +76,7 @@ func componentBytes(t testing.TB, file []byte, c *formats.Component) []byte {
 }
 
 // f16FTZ widens a half float as mantle's dequantizer does: subnormals and
-// zeros give ±0 (§10).
+// zeros give ±0 (docs/formats/mcf.md, "Dequantization").
 func f16FTZ(h uint16) float32 {
 	sign := uint32(h>>15) << 31
 	exp := uint32(h>>10) & 0x1F
@@ -90,10 +90,11 @@ func f16FTZ(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
 }
 
-// logicalBytes builds the data part of tensor.npy from the file image the
-// way the pipeline is meant to: the reference arithmetic of §10 for
-// BlockQuantized, widening for bf16 and int4, the bytes as stored otherwise.
-// It is independent of the reader's internals: only the model is used.
+// logicalBytes builds the data part of tensor.npy from the file image the way
+// the pipeline is meant to: the reference arithmetic of docs/formats/mcf.md,
+// "Dequantization", for BlockQuantized, widening for bf16 and int4, the bytes
+// as stored otherwise. It is independent of the reader's internals: only the
+// model is used.
 func logicalBytes(t testing.TB, file []byte, x *formats.Tensor) []byte {
 	t.Helper()
 	comp := func(role string) []byte {

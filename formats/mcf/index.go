@@ -12,7 +12,7 @@ import (
 // index can ask for (entries may share dims).
 const maxRank = 64
 
-// index is the parsed TensorIndex section (§5).
+// index is the parsed TensorIndex section (docs/formats/mcf.md, "TensorIndex").
 type index struct {
 	sec                                      *section
 	version, flags, count, dimsCount         uint32
@@ -39,7 +39,7 @@ type entry struct {
 }
 
 // readIndex reads the TensorIndex and checks its tables, names, dtypes and
-// shapes (§17.2). It reads only the three tables.
+// shapes (docs/formats/mcf.md, "TensorIndex"). It reads only the three tables.
 func readIndex(f *file, s *section) (*index, error) {
 	if s == nil {
 		return nil, errors.New("no TensorIndex section")
@@ -148,9 +148,9 @@ func readIndex(f *file, s *section) (*index, error) {
 	return x, nil
 }
 
-// checkTensors checks every tensor's extent against TensorData and its
-// size against its dtype and shape; q*/k* tensors also need rank 2, a
-// 64-aligned payload and the header flag (§17.2).
+// checkTensors checks every tensor's extent against TensorData and its size
+// against its dtype and shape; q*/k* tensors also need rank 2, a 64-aligned
+// payload and the header flag (docs/formats/mcf.md, "Quantized payloads").
 func checkTensors(x *index, td *section, h *header) error {
 	if td == nil {
 		return fmt.Errorf("no TensorData section (the TensorIndex lists %d tensors)", x.count)

@@ -11,9 +11,9 @@ import (
 	"strings"
 )
 
-// ModelInfo is the content of a ModelInfo section (§14) as mantle's
-// EncodeModelInfo writes it. No reader of mantle parses it; ztfs decodes it
-// best-effort for the manifest and model_info.json.
+// ModelInfo is the content of a ModelInfo section (docs/formats/mcf.md,
+// "ModelInfo") as mantle's EncodeModelInfo writes it. No reader of mantle
+// parses it; ztfs decodes it best-effort for the manifest and model_info.json.
 type ModelInfo struct {
 	// Flags is reserved (written 0).
 	Flags uint32

@@ -17,12 +17,13 @@ var le = binary.LittleEndian
 // MCF magic "MCF\0".
 func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(Magic)) }
 
-// Open parses and validates an MCF file of the given size (specs/mcf.md
-// §17.2). It reads the header, the section directory, the TensorIndex, the
-// QuantInfo and the ModelInfo sections, never tensor or resource bytes, and
-// every allocation is bounded by the file size. Any structural problem is a
-// one-line error naming the section or tensor; a ModelInfo section that does
-// not decode is not one (it is reported in the attributes).
+// Open parses and validates an MCF file of the given size (docs/formats/mcf.md,
+// "Checks at open"). It reads the header, the section directory, the
+// TensorIndex, the QuantInfo and the ModelInfo sections, never tensor or
+// resource bytes, and every allocation is bounded by the file size. Any
+// structural problem is a one-line error naming the section or tensor; a
+// ModelInfo section that does not decode is not one (it is reported in the
+// attributes).
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("invalid file size %d", size)
@@ -89,7 +90,7 @@ func (f *file) read(off, n uint64) ([]byte, error) {
 	return nil, fmt.Errorf("reading [%d, +%d): %w", off, n, err)
 }
 
-// header is the fixed 40-byte header (§3).
+// header is the fixed 40-byte header (docs/formats/mcf.md, "Header").
 type header struct {
 	major, minor uint16
 	headerSize   uint32
@@ -99,8 +100,8 @@ type header struct {
 	flags        uint64
 }
 
-// readHeader reads and checks the header in the order of §17.2: magic,
-// Major, HeaderSize, SectionCount, FileSize.
+// readHeader reads and checks the header in the order of docs/formats/mcf.md,
+// "Header": magic, Major, HeaderSize, SectionCount, FileSize.
 func readHeader(f *file) (*header, error) {
 	n := min(f.size, headerSize)
 	b, err := f.read(0, n)

@@ -82,7 +82,8 @@ func readExpected(t *testing.T) map[string][]expectedRow {
 	return out
 }
 
-// manifestDType and layout are what §17.4 recommends for an MCF dtype name.
+// manifestDType and layout are what docs/formats/mcf.md ("The mount" and the
+// README's MCF table) give an MCF dtype name.
 func manifestDType(name string) (formats.DType, string) {
 	switch {
 	case name == "int8" || name == "int4":
@@ -254,8 +255,8 @@ func checkComponents(t *testing.T, x *formats.Tensor, r expectedRow) {
 	}
 }
 
-// resourceLayout is §2's worked example: every pack-made file with
-// resources has them at these places.
+// resourceLayout is the worked example of docs/formats/mcf.md, "File layout":
+// every pack-made file with resources has them at these places.
 var resourceLayout = map[string][2]uint64{
 	"config.json": {40, 327}, "generation_config.json": {368, 38}, "tokenizer.json": {408, 317},
 	"vocab.json": {728, 76}, "tokenizer_config.json": {808, 181}, "merges.txt": {992, 23},
@@ -311,8 +312,9 @@ func checkFiles(t *testing.T, c *formats.Container, b []byte, name string) {
 	}
 }
 
-// TestModelInfoWorkedExample checks §14's worked example on tiny_f32.mcf,
-// through the manifest attributes and model_info.json.
+// TestModelInfoWorkedExample checks the ModelInfo of tiny_f32.mcf
+// (testdata/mcf/README.md, docs/formats/mcf.md "ModelInfo"), through the
+// manifest attributes and model_info.json.
 func TestModelInfoWorkedExample(t *testing.T) {
 	b := readFixture(t, "tiny_f32.mcf")
 	raw := b[1016 : 1016+232]

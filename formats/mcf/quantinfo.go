@@ -12,7 +12,7 @@ const (
 	DomainActivations uint8 = 1
 )
 
-// quantRecord is one QuantInfo record (§7.1).
+// quantRecord is one QuantInfo record (docs/formats/mcf.md, "QuantInfo").
 type quantRecord struct {
 	index                int // position in the QuantInfo section
 	tensor               uint32
@@ -30,8 +30,8 @@ type quantInfo struct {
 	warnings       []string
 }
 
-// readQuantInfo reads and checks the QuantInfo section (§7.2 and
-// internal/mcfstore's checks) and attaches each record to its tensor.
+// readQuantInfo reads and checks the QuantInfo section (docs/formats/mcf.md,
+// "QuantInfo": mantle's reader's checks) and attaches each record to its tensor.
 func readQuantInfo(f *file, s *section, x *index) (*quantInfo, error) {
 	qi := &quantInfo{sec: s}
 	if s == nil {
@@ -99,7 +99,7 @@ func readQuantInfo(f *file, s *section, x *index) (*quantInfo, error) {
 	return qi, nil
 }
 
-// check applies the per-method rules of pkg/mcf/quantinfo.go.
+// check applies the per-method rules of mantle's reader.
 func (r *quantRecord) check() error {
 	i := r.index
 	if r.domain != DomainWeights && r.domain != DomainActivations {

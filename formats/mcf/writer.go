@@ -30,8 +30,8 @@ type Tensor struct {
 	Quant *QuantRecord
 }
 
-// QuantRecord is the part of a QuantInfo record (§7) that does not follow
-// from the tensor's dtype.
+// QuantRecord is the part of a QuantInfo record (docs/formats/mcf.md,
+// "QuantInfo") that does not follow from the tensor's dtype.
 type QuantRecord struct {
 	// Domain is DomainWeights (required for q*/k*) or DomainActivations.
 	Domain uint8
@@ -121,10 +121,10 @@ func (l *layout) section(typ uint32, data []byte) {
 	l.sections = append(l.sections, section{typ: typ, version: 1, off: off, size: uint64(len(data))})
 }
 
-// Write writes the MCF file of m to w in mantle's layout (specs/mcf.md §2):
-// header, sections each at a multiple of 8 with zero padding, the section
-// directory last (sorted by type), the header patched with its offset and
-// the file size.
+// Write writes the MCF file of m to w in mantle's layout (docs/formats/mcf.md,
+// "File layout"): header, sections each at a multiple of 8 with zero padding,
+// the section directory last (sorted by type), the header patched with its
+// offset and the file size.
 func Write(w io.Writer, m Model) error {
 	tensors, err := checkModel(m)
 	if err != nil {
@@ -330,8 +330,8 @@ func checkModel(m Model) ([]*Tensor, error) {
 	return tensors, nil
 }
 
-// encodeIndex lays out the TensorIndex (§5): header, entries, dims,
-// strings, each table right after the previous one.
+// encodeIndex lays out the TensorIndex (docs/formats/mcf.md, "TensorIndex"):
+// header, entries, dims, strings, each table right after the previous one.
 func encodeIndex(tensors []*Tensor, offsets []uint64) []byte {
 	var dims []byte
 	var strs []byte
@@ -367,8 +367,8 @@ func encodeIndex(tensors []*Tensor, offsets []uint64) []byte {
 	return append(out, strs...)
 }
 
-// encodeQuantInfo lays out the QuantInfo section (§7) for the tensors with
-// a record, or returns nil when none has one.
+// encodeQuantInfo lays out the QuantInfo section (docs/formats/mcf.md,
+// "QuantInfo") for the tensors with a record, or returns nil when none has one.
 func encodeQuantInfo(tensors []*Tensor) []byte {
 	var recs []byte
 	count := uint32(0)

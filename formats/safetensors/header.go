@@ -35,9 +35,9 @@ type header struct {
 	entries  []entry
 }
 
-// parseHeader decodes the header JSON (rule 5): one object of tensor
-// entries and at most one __metadata__, surrounded only by JSON whitespace.
-// b must already be valid UTF-8.
+// parseHeader decodes the header JSON (docs/formats/safetensors.md, rule 5):
+// one object of tensor entries and at most one __metadata__, surrounded only by
+// JSON whitespace. b must already be valid UTF-8.
 func parseHeader(b []byte) (*header, error) {
 	start := 0
 	for start < len(b) && isSpace(b[start]) {

@@ -53,7 +53,8 @@ func checkLayout(entries []entry, dataSize uint64) error {
 	return nil
 }
 
-// checkOffsets applies rule 6 to e, the i-th entry in offset order.
+// checkOffsets applies rule 6 of docs/formats/safetensors.md to e, the i-th
+// entry in offset order.
 func checkOffsets(e *entry, i int, prevName string, prevEnd uint64) error {
 	switch {
 	case e.begin == prevEnd:

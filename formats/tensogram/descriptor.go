@@ -8,8 +8,9 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// dtypeInfo maps a Tensogram dtype to the ztfs vocabulary (§8). width is
-// the element size in bytes (0 for bitmask) and swap the byte-order unit.
+// dtypeInfo maps a Tensogram dtype to the ztfs vocabulary
+// (docs/formats/tensogram.md, "Dtypes"). width is the element size in bytes (0
+// for bitmask) and swap the byte-order unit.
 type dtypeInfo struct {
 	dtype       formats.DType
 	width, swap uint64
@@ -33,7 +34,8 @@ var dtypes = map[string]dtypeInfo{
 	"bitmask":    {formats.Bitmask, 0, 1},
 }
 
-// descriptor is a data object's CBOR descriptor (§7.3).
+// descriptor is a data object's CBOR descriptor (docs/formats/tensogram.md,
+// "Data objects").
 type descriptor struct {
 	raw         map[string]any // every key, CBOR values
 	shape       []uint64
@@ -175,7 +177,8 @@ func parseDescriptor(v any) (*descriptor, error) {
 }
 
 // param returns a codec parameter; for simple_packing the sp_ name wins
-// over the unprefixed one of dialects A and B (§2).
+// over the unprefixed one of dialects A and B (docs/formats/tensogram.md,
+// "Dialects").
 func (d *descriptor) param(name string) (any, bool) {
 	if v, ok := d.raw["sp_"+name]; ok {
 		return v, true
@@ -185,7 +188,7 @@ func (d *descriptor) param(name string) (any, bool) {
 }
 
 // decodedSize is the size of the object's "data" file: n × width, ⌈n/8⌉
-// for bitmask, n × 8 for simple_packing (§17.3).
+// for bitmask, n × 8 for simple_packing (docs/formats/tensogram.md, "Dtypes").
 func (d *descriptor) decodedSize() (uint64, error) {
 	if d.encoding == "simple_packing" {
 		return mulSize(d.elements, 8)

@@ -8,5 +8,6 @@
 // tensor of the format-neutral model: its decoding steps (decompress,
 // unshuffle, unpack, byte swap, NaN/Inf masks) are described as data for
 // the pipeline, and no payload byte is read. All dialects written since
-// Tensogram 0.17 are accepted; see specs/tensogram.md for the rules followed.
+// Tensogram 0.17 are accepted; docs/formats/tensogram.md states the rules
+// followed.
 package tensogram

@@ -7,7 +7,7 @@ import (
 	"io"
 )
 
-// Wire constants (specs/tensogram.md §3).
+// Wire constants (docs/formats/tensogram.md, "Messages", "Frames and phases").
 const (
 	magic         = "TENSOGRM"
 	endMagic      = "39277777"
@@ -184,7 +184,8 @@ func parsePreamble(b []byte) preamble {
 }
 
 // delimit returns the length of the message whose preamble is at start, or
-// a reason why no message can be delimited there (specs §9.1, §9.2).
+// a reason why no message can be delimited there (docs/formats/tensogram.md,
+// "Messages").
 func (f *file) delimit(start uint64, pre preamble) (length uint64, reason string, err error) {
 	if pre.total != 0 {
 		switch {

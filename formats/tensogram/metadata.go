@@ -161,7 +161,8 @@ func describe(v any) string {
 	return "a CBOR " + kind(v)
 }
 
-// globalMetadata is a metadata frame's content (§6.2).
+// globalMetadata is a metadata frame's content (docs/formats/tensogram.md,
+// "Metadata, index, preceders").
 type globalMetadata struct {
 	base     []map[string]any // CBOR values, text keys at the top
 	reserved any              // _reserved_, CBOR
@@ -226,7 +227,7 @@ func parseGlobalMetadata(v any) (*globalMetadata, error) {
 	return g, nil
 }
 
-// index is an index frame's content (§6.4).
+// index is an index frame's content (same section).
 type index struct{ offsets, lengths []uint64 }
 
 func parseIndex(v any) (*index, error) {
@@ -247,7 +248,7 @@ func parseIndex(v any) (*index, error) {
 	return &ix, nil
 }
 
-// hashList is a hash frame's content (§5.2).
+// hashList is a hash frame's content (docs/formats/tensogram.md, "Hashes").
 type hashList struct {
 	algorithm string
 	hashes    []string

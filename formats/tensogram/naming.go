@@ -9,7 +9,7 @@ import (
 )
 
 // namingKeys are the dotted paths the upstream Zarr store tries, in order,
-// to name an object (specs/tensogram.md §15).
+// to name an object (docs/formats/tensogram.md, "Object names").
 var namingKeys = []string{"name", "mars.param", "param", "mars.shortName", "shortName"}
 
 // objectName returns the name of object i from its lookup map (base[i]

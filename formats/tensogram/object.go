@@ -21,7 +21,8 @@ type object struct {
 	payloadOff, payloadLen uint64
 }
 
-// readObject reads a data frame's descriptor and locates its payload (§7).
+// readObject reads a data frame's descriptor and locates its payload
+// (docs/formats/tensogram.md, "Data objects").
 func readObject(f *file, fr *frame, hashed bool) (*object, error) {
 	o := &object{frame: fr, hashed: hashed}
 	end := fr.len - fr.tail() // frame-relative end of the body
@@ -76,9 +77,10 @@ func readObject(f *file, fr *frame, hashed bool) (*object, error) {
 		}
 		o.payloadLen = min(o.payloadLen, m.offset)
 	}
-	// The size gate (§10 step 2): without compression the payload length
-	// follows from the descriptor (a shuffle keeps the size). Invalid
-	// packing parameters are left to plan, which keeps such objects raw.
+	// The size gate (docs/formats/tensogram.md, "Decoding"): without
+	// compression the payload length follows from the descriptor (a shuffle
+	// keeps the size). Invalid packing parameters are left to plan, which keeps
+	// such objects raw.
 	if d := o.desc; d.compression == "none" && (d.filter == "none" || d.filter == "shuffle") {
 		want, ok, err := o.desc.encodedSize()
 		if err == nil && ok && want != o.payloadLen {
@@ -110,7 +112,8 @@ func (d *descriptor) encodedSize() (size uint64, ok bool, err error) {
 	return 0, false, nil
 }
 
-// simplePacking reads the simple_packing parameters (§11.1).
+// simplePacking reads the simple_packing parameters (docs/formats/tensogram.md,
+// "Decoding").
 func (d *descriptor) simplePacking() (formats.SimpleUnpack, error) {
 	sp := formats.SimpleUnpack{Count: d.elements}
 	get := func(name string) (any, error) {
@@ -166,7 +169,8 @@ func (d *descriptor) simplePacking() (formats.SimpleUnpack, error) {
 }
 
 // errUnsupported marks a reason the object cannot be decoded that leaves it
-// listed with its payload (§17.4), as opposed to a corrupt file.
+// listed with its payload (docs/formats/tensogram.md, "Decoding"), as opposed
+// to a corrupt file.
 type errUnsupported struct{ reason string }
 
 func (e errUnsupported) Error() string { return e.reason }
@@ -183,8 +187,9 @@ type decoding struct {
 	masks     *formats.Masks
 }
 
-// plan works out the decoding steps (§10): decompress, unshuffle, unpack,
-// byte swap, masks. An errUnsupported says why the object stays raw.
+// plan works out the decoding steps (docs/formats/tensogram.md, "Decoding"):
+// decompress, unshuffle, unpack, byte swap, masks. An errUnsupported says why
+// the object stays raw.
 func (o *object) plan() (*decoding, error) {
 	d := o.desc
 	dec := &decoding{encoding: formats.Raw}
@@ -304,7 +309,8 @@ func (o *object) plan() (*decoding, error) {
 var maskMethods = map[string]bool{"none": true, "rle": true, "roaring": true, "zstd": true, "lz4": true}
 
 // szip reads the szip parameters and works out the bits per sample, which
-// the descriptor does not store (§12).
+// the descriptor does not store (docs/formats/tensogram.md,
+// "Decoding", compression).
 func (d *descriptor) szip(unpack *formats.SimpleUnpack, unshuffle *formats.Unshuffle) (*formats.SzipParams, error) {
 	p := &formats.SzipParams{}
 	for _, k := range []struct {

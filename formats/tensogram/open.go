@@ -142,8 +142,8 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 		msg.warnings = append(msg.warnings, fmt.Sprintf("message %d: %d non-zero bytes between frames were skipped", index, skippedBytes))
 	}
 
-	// Which hash slots hold digests (§5.3): the per-frame bit when any
-	// frame has it, else the legacy preamble bit.
+	// Which hash slots hold digests (docs/formats/tensogram.md, "Hashes"): the
+	// per-frame bit when any frame has it, else the legacy preamble bit.
 	perFrame, unflagged := false, false
 	for i := range frames {
 		if frames[i].flags&frameHashPresent != 0 {
@@ -158,7 +158,7 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	}
 	hashed := func(fr *frame) bool { return legacy || fr.flags&frameHashPresent != 0 }
 
-	// Phases and preceders (§4).
+	// Phases and preceders (docs/formats/tensogram.md, "Frames and phases").
 	const (
 		header = iota
 		body
@@ -251,7 +251,8 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 		return g, nil
 	}
 	// Footer metadata is complete where a streaming writer's header copy
-	// holds only what it was given at the start (§6.3).
+	// holds only what it was given at the start (docs/formats/tensogram.md,
+	// "Metadata, index, preceders").
 	metaFrame := footerMeta
 	msg.metaFrom = "footer"
 	if metaFrame == nil {
@@ -390,8 +391,8 @@ func objectLabel(i int, off uint64, base map[string]any) string {
 	return fmt.Sprintf("object %d (frame at offset %d)", i, off)
 }
 
-// dialect names the writer generations a message can come from (§2),
-// decided from its bytes.
+// dialect names the writer generations a message can come from
+// (docs/formats/tensogram.md, "Dialects"), decided from its bytes.
 func dialect(versionKey, perFrameHash, simplePacking, prefixed, hashesPresent bool) string {
 	switch {
 	case versionKey:

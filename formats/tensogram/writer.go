@@ -22,23 +22,23 @@ import (
 )
 
 // The writer produces wire-version-3 messages in the dialect of upstream
-// Tensogram 0.21 to 0.24 (specs/tensogram.md §2, dialect D): no top-level
-// "version" key, sp_-prefixed simple_packing parameters and, when hashing,
-// the per-frame HASH_PRESENT flag on every frame. Frames, padding, index
-// and hash frames are laid out (unless Message.Unpadded asks for no
-// padding) as upstream's buffered encoder
-// (framing.rs encode_message) and streaming encoder (streaming.rs) lay
-// them out, and every CBOR item is canonical in upstream's sense: map keys
-// sorted by their encoded bytes, shortest integers and floats. Given the
-// same inputs and the same _reserved_ provenance (upstream's time and
-// uuid), the output is byte-identical to upstream's files: the 0.24
-// goldens and metadata_parity.tgm exactly, the 0.19 streaming fixtures up
-// to the per-frame hash flag that 0.19 did not set (writer_test.go).
+// Tensogram 0.21 to 0.24 (docs/formats/tensogram.md, "Dialects", D): no
+// top-level "version" key, sp_-prefixed simple_packing parameters and, when
+// hashing, the per-frame HASH_PRESENT flag on every frame. Frames, padding,
+// index and hash frames are laid out (unless Message.Unpadded asks for no
+// padding) as upstream's buffered encoder (framing.rs encode_message) and
+// streaming encoder (streaming.rs) lay them out, and every CBOR item is
+// canonical in upstream's sense: map keys sorted by their encoded bytes,
+// shortest integers and floats. Given the same inputs and the same _reserved_
+// provenance (upstream's time and uuid), the output is byte-identical to
+// upstream's files: the 0.24 goldens and metadata_parity.tgm exactly, the 0.19
+// streaming fixtures up to the per-frame hash flag that 0.19 did not set
+// (writer_test.go).
 
 // Object is one data object (tensor) to write.
 type Object struct {
-	// DType is the Tensogram dtype name (§8): "float32", "int16",
-	// "complex64", "bitmask", ...
+	// DType is the Tensogram dtype name (docs/formats/tensogram.md, "Dtypes"):
+	// "float32", "int16", "complex64", "bitmask", ...
 	DType string
 	// Shape of the tensor; empty for a scalar (one element).
 	Shape []uint64
@@ -77,12 +77,13 @@ type Object struct {
 	// reference sample interval, as upstream's encoder always does.
 	SzipBlockOffsets bool
 
-	// Masks, when not "", turns on NaN/Inf masks (§13) for float and
-	// complex dtypes: every NaN, +Inf or −Inf element is replaced by zero
-	// in the payload and recorded in a mask blob coded with this method
-	// ("none", "rle", "roaring", "zstd" or "lz4"). Masks only appear for
-	// the kinds that occur. With Masks "" non-finite values are stored as
-	// they are (upstream refuses them by default; its reader does not).
+	// Masks, when not "", turns on NaN/Inf masks (docs/formats/tensogram.md,
+	// "Decoding") for float and complex dtypes: every NaN, +Inf or −Inf element
+	// is replaced by zero in the payload and recorded in a mask blob coded with
+	// this method ("none", "rle", "roaring", "zstd" or "lz4"). Masks only
+	// appear for the kinds that occur. With Masks "" non-finite values are
+	// stored as they are (upstream refuses them by default; its reader does
+	// not).
 	Masks string
 	// MaskThreshold is the small-mask fallback: a mask whose packed form
 	// is at most this many bytes is stored with method "none" whatever
@@ -90,13 +91,13 @@ type Object struct {
 	// off; upstream's default is 128.
 	MaskThreshold int
 
-	// DescriptorFirst puts the CBOR descriptor before the payload (frame
-	// flag bit 0 clear, §7.2) instead of after it, where every upstream
-	// writer puts it.
+	// DescriptorFirst puts the CBOR descriptor before the payload (frame flag
+	// bit 0 clear, docs/formats/tensogram.md, "Data objects") instead of after
+	// it, where every upstream writer puts it.
 	DescriptorFirst bool
 	// Preceder writes Metadata in a PrecederMetadata frame just before the
-	// object's frame (§6.6). Upstream allows preceders in streaming
-	// messages only, and so does this writer.
+	// object's frame (docs/formats/tensogram.md, "Frames and phases"). Upstream
+	// allows preceders in streaming messages only, and so does this writer.
 	Preceder bool
 
 	// Metadata is the object's base[i] entry, for example
@@ -480,7 +481,8 @@ func (e *StreamEncoder) writeFrame(frame []byte) {
 	e.write(zero[:align8(e.pos)-e.pos])
 }
 
-// Message flag bits (§3.2) beyond those frames.go names.
+// Message flag bits (docs/formats/tensogram.md, "Messages") beyond those
+// frames.go names.
 const (
 	flagHeaderMetadata = 1 << 0
 	flagFooterMetadata = 1 << 1
@@ -639,7 +641,8 @@ var writerKeys = map[string]bool{
 	"szip_rsi": true, "szip_block_size": true, "szip_flags": true, "szip_block_offsets": true,
 }
 
-// maskableDtypes are the dtypes NaN/Inf masks apply to (§13).
+// maskableDtypes are the dtypes NaN/Inf masks apply to
+// (docs/formats/tensogram.md, "Decoding").
 var maskableDtypes = map[string]bool{
 	"float16": true, "bfloat16": true, "float32": true, "float64": true, "complex64": true, "complex128": true,
 }
@@ -661,8 +664,8 @@ type objectPlan struct {
 	sp                            bool // encoding is simple_packing
 }
 
-// checkObject validates o against §7–§13 and the combinations upstream
-// rejects (§10), before anything is encoded.
+// checkObject validates o against docs/formats/tensogram.md ("Data objects" to
+// "Decoding") and the combinations upstream rejects, before anything is encoded.
 func checkObject(o *Object) (*objectPlan, error) {
 	dt, ok := dtypes[o.DType]
 	if !ok {
@@ -766,7 +769,7 @@ func checkObject(o *Object) (*objectPlan, error) {
 }
 
 // encodeObject validates o, runs masks → encoding → filter → compression
-// (§10), and builds its data-object frame.
+// (docs/formats/tensogram.md, "Decoding"), and builds its data-object frame.
 func encodeObject(o *Object, hashing bool) (*encodedObject, error) {
 	plan, err := checkObject(o)
 	if err != nil {
@@ -788,7 +791,8 @@ func encodeObject(o *Object, hashing bool) (*encodedObject, error) {
 		desc[k] = v
 	}
 
-	// Masks (§13): substitute zeros, remember the positions.
+	// Masks (docs/formats/tensogram.md, "Decoding"): substitute zeros, remember
+	// the positions.
 	data := o.Data
 	var maskElems map[string][]byte
 	if o.Masks != "" {
@@ -936,9 +940,10 @@ func zstdEncoder(level int) (*zstd.Encoder, error) {
 	return e, nil
 }
 
-// szipEncode codes stage with szip, adding its parameters to desc. The
-// bits per sample follow §12: B after simple_packing, 8 after shuffle, the
-// dtype width otherwise; the reader's (*descriptor).szip derives the same.
+// szipEncode codes stage with szip, adding its parameters to desc. The bits per
+// sample follow docs/formats/tensogram.md, "Decoding": B after simple_packing,
+// 8 after shuffle, the dtype width otherwise; the reader's (*descriptor).szip
+// derives the same.
 func szipEncode(stage []byte, o *Object, sp bool, dt dtypeInfo, shuffled bool, desc map[string]any) ([]byte, []uint64, error) {
 	p := SzipParams{RSI: 128, BlockSize: 16, Flags: szip.FlagPreprocess}
 	if o.Szip != nil {
@@ -986,7 +991,8 @@ func szipEncode(stage []byte, o *Object, sp bool, dt dtypeInfo, shuffled bool, d
 	return stream, offsets, nil
 }
 
-// dataFrame builds an NTensorFrame (§7) and returns it with its hash slot.
+// dataFrame builds an NTensorFrame (docs/formats/tensogram.md, "Data objects")
+// and returns it with its hash slot.
 func dataFrame(desc, region []byte, descFirst, hashing bool) ([]byte, uint64) {
 	var flags uint16
 	if !descFirst {

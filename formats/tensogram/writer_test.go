@@ -62,7 +62,7 @@ func TestWriterReproducesUpstream(t *testing.T) {
 		// legacyHashFlags: the file is dialect C (0.19), whose frames do
 		// not carry the per-frame HASH_PRESENT bit this writer sets; the
 		// bit is cleared in our output before comparing. Nothing else
-		// differs between the dialects (specs §2).
+		// differs between the dialects (docs/formats/tensogram.md, "Dialects").
 		legacyHashFlags bool
 	}{
 		{
@@ -192,7 +192,7 @@ type wframe struct {
 	hash       uint64
 }
 
-// body is the hashed part of the frame (§5.1).
+// body is the hashed part of the frame (docs/formats/tensogram.md, "Hashes").
 func (f wframe) body() (off, n uint64) {
 	tail := uint64(12)
 	if f.typ == typeData {
@@ -528,7 +528,7 @@ func TestWriteManyMessages(t *testing.T) {
 			objs = append(objs, o)
 			name := fmt.Sprintf("%d/p%d", m, j)
 			if s, ok := o.Params["name"].(string); ok {
-				name = fmt.Sprintf("%d/%s", m, s) // "name" comes before mars.param (§15)
+				name = fmt.Sprintf("%d/%s", m, s) // "name" comes before mars.param (docs/formats/tensogram.md, "Object names")
 			}
 			want = append(want, placed{tc, l, name})
 		}
@@ -807,8 +807,9 @@ func decodeComponent(t *testing.T, file []byte, c *formats.Component) []byte {
 // ---------------------------------------------------------------------------
 // Structure.
 
-// TestStructure checks the frame sequence, flags and padding of the two
-// message kinds against what upstream writes (specs §3.2, §3.6, §4).
+// TestStructure checks the frame sequence, flags and padding of the two message
+// kinds against what upstream writes (docs/formats/tensogram.md, "Messages" and
+// "Frames and phases").
 func TestStructure(t *testing.T) {
 	objs := func() []Object {
 		return []Object{

@@ -16,7 +16,7 @@ func TestMCF(t *testing.T) {
 	c.summary("MCF")
 }
 
-// MCF section types the variants treat apart (specs/mcf.md §4).
+// MCF section types the variants treat apart (docs/formats/mcf.md, "Sections").
 const (
 	mcfQuantInfo   = 2
 	mcfTensorIndex = 3

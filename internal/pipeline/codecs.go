@@ -421,8 +421,9 @@ func (u *unshuffled) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
-// masked writes the canonical NaN and ±Inf patterns over the elements that
-// a file's masks mark, after every other stage (Tensogram §13.3).
+// masked writes the canonical NaN and ±Inf patterns over the elements that a
+// file's masks mark, after every other stage (docs/formats/tensogram.md,
+// "Decoding").
 type masked struct {
 	in    Reader
 	width int64      // bytes per element

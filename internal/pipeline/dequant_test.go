@@ -11,8 +11,9 @@ import (
 	"github.com/ztfs/ztfs/quant"
 )
 
-// naiveDequantize is the reconstruction of MCF spec §10 written out per
-// element, to check the block-wise stage against.
+// naiveDequantize is the reconstruction of docs/formats/mcf.md,
+// "Dequantization", written out per element, to check the block-wise stage
+// against.
 func naiveDequantize(l formats.BlockQuantized, scales, supers, subs, codes []byte) []byte {
 	bpr := (l.Cols + 31) / 32
 	out := make([]byte, 0, 4*l.Rows*l.Cols)

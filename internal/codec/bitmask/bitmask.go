@@ -1,7 +1,8 @@
-// Package bitmask packs, unpacks and (de)compresses Tensogram bit masks:
-// the bitmask dtype, whose elements are stored MSB-first, ⌈n/8⌉ bytes in
-// all (tensogram.md §8); the rle and roaring compression codecs of that
-// dtype (§12); and the NaN/Inf mask blobs of float objects (§13).
+// Package bitmask packs, unpacks and (de)compresses Tensogram bit masks: the
+// bitmask dtype, whose elements are stored MSB-first, ⌈n/8⌉ bytes in all
+// (docs/formats/tensogram.md, "Dtypes"); the rle and roaring compression codecs
+// of that dtype and the NaN/Inf mask blobs of float objects
+// (docs/formats/tensogram.md, "Decoding").
 //
 // Every decoder returns the packed form, ⌈n/8⌉ bytes, where n is the
 // element count from the descriptor. A blob of a few bytes can claim an

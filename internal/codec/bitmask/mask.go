@@ -11,9 +11,9 @@ import (
 )
 
 // The rle and roaring compression codecs of the bitmask dtype put a 4-byte
-// big-endian bit count before the body (tensogram.md §12). Upstream's
-// writer stores ⌈n/8⌉·8 (the packed length in bits) and encodes that many
-// bits, trailing bits included; its reader accepts any count that packs
+// big-endian bit count before the body (docs/formats/tensogram.md, "Decoding").
+// Upstream's writer stores ⌈n/8⌉·8 (the packed length in bits) and encodes that
+// many bits, trailing bits included; its reader accepts any count that packs
 // into the expected ⌈n/8⌉ bytes, and so does DecodeCompressed.
 
 const prefixSize = 4
@@ -69,11 +69,12 @@ func EncodeCompressed(method string, packed []byte, n uint64) ([]byte, error) {
 	return append(binary.BigEndian.AppendUint32(make([]byte, 0, prefixSize+len(body)), uint32(bitCount)), body...), nil
 }
 
-// DecodeMask decodes a NaN/Inf mask blob (tensogram.md §13.2) of n
-// elements into ⌈n/8⌉ packed bytes. Methods: "none" (the packed bytes
-// themselves, exactly ⌈n/8⌉), "rle", "roaring" (no bit-count prefix, unlike
-// the compression codecs), "zstd" (a Zstandard frame of the packed mask)
-// and "lz4" (size-prefixed LZ4 block). "blosc2" fails with ErrUnsupported.
+// DecodeMask decodes a NaN/Inf mask blob (docs/formats/tensogram.md,
+// "Decoding") of n elements into ⌈n/8⌉ packed bytes. Methods: "none" (the
+// packed bytes themselves, exactly ⌈n/8⌉), "rle", "roaring" (no bit-count
+// prefix, unlike the compression codecs), "zstd" (a Zstandard frame of the
+// packed mask) and "lz4" (size-prefixed LZ4 block). "blosc2" fails with
+// ErrUnsupported.
 //
 // Bits past element n are cleared: upstream's reader ignores them, so
 // they carry nothing, and callers may rely on them being zero.

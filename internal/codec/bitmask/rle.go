@@ -5,9 +5,9 @@ import (
 	"fmt"
 )
 
-// The RLE body (tensogram.md §13.2): a start byte 0x00 or 0x01, the value
-// of the first run, then the length of every run as an unsigned LEB128,
-// runs alternating in value. Every run is at least 1 and they add up to
+// The RLE body (docs/formats/tensogram.md, "Decoding"): a start byte 0x00 or
+// 0x01, the value of the first run, then the length of every run as an unsigned
+// LEB128, runs alternating in value. Every run is at least 1 and they add up to
 // exactly n; only n = 0 gives an empty body.
 
 // DecodeRLE decodes an RLE body of n elements into ⌈n/8⌉ packed bytes. It

@@ -1,9 +1,9 @@
 // Package lz4block reads and writes Tensogram's lz4 payload: a 4-byte
-// little-endian uncompressed size, then one raw LZ4 block — not the LZ4
-// frame format (tensogram.md §12). Encode and Decode work on whole
-// buffers with github.com/pierrec/lz4/v4; NewReader decodes the block as
-// a stream in bounded memory, so an object of any size can be decoded
-// block by block.
+// little-endian uncompressed size, then one raw LZ4 block — not the LZ4 frame
+// format (docs/formats/tensogram.md, "Decoding"). Encode and Decode work on
+// whole buffers with github.com/pierrec/lz4/v4; NewReader decodes the block as
+// a stream in bounded memory, so an object of any size can be decoded block by
+// block.
 package lz4block
 
 import (

@@ -1,6 +1,6 @@
-// Package shuffle implements the byte shuffle filter of Tensogram (the
-// HDF5 shuffle, tensogram.md §11.2): with N elements of S bytes, the
-// shuffled buffer holds byte 0 of every element, then byte 1 of every
+// Package shuffle implements the byte shuffle filter of Tensogram (the HDF5
+// shuffle, docs/formats/tensogram.md, "Decoding"): with N elements of S bytes,
+// the shuffled buffer holds byte 0 of every element, then byte 1 of every
 // element, and so on — shuffled[b·N+e] = original[e·S+b].
 //
 // Unshuffling a range of elements needs the matching slice of each of the

@@ -1,9 +1,9 @@
 // Package simplepacking decodes (and, for tests and writers, encodes)
-// Tensogram's GRIB-style simple_packing encoding: float64 values quantised
-// to B-bit unsigned integers stored as one continuous MSB-first bit stream
-// (tensogram.md §11.1). Decoding reproduces upstream's arithmetic bit for
-// bit, and can start at any value so a block-at-a-time pipeline never has
-// to touch the rest of the stream.
+// Tensogram's GRIB-style simple_packing encoding: float64 values quantised to
+// B-bit unsigned integers stored as one continuous MSB-first bit stream
+// (docs/formats/tensogram.md, "Decoding"). Decoding reproduces upstream's
+// arithmetic bit for bit, and can start at any value so a block-at-a-time
+// pipeline never has to touch the rest of the stream.
 package simplepacking
 
 import (
