@@ -8,6 +8,7 @@ package fs
 import (
 	"context"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -57,6 +58,8 @@ type Options struct {
 	// onRead, if set, is called with every file read the server answers:
 	// tests count them.
 	onRead func(*tree.Node)
+	// tree is the tree served, for statfs.
+	tree *tree.Tree
 }
 
 // node is shared by directories and files.
@@ -77,6 +80,12 @@ var (
 	_ gofs.NodeGetattrer = (*fileNode)(nil)
 	_ gofs.NodeOpener    = (*fileNode)(nil)
 	_ gofs.NodeReader    = (*fileNode)(nil)
+
+	_ gofs.NodeStatfser      = (*node)(nil)
+	_ gofs.NodeGetxattrer    = (*node)(nil)
+	_ gofs.NodeListxattrer   = (*node)(nil)
+	_ gofs.NodeSetxattrer    = (*node)(nil)
+	_ gofs.NodeRemovexattrer = (*node)(nil)
 )
 
 // NewRoot returns the root directory of t, to pass to go-fuse's Mount.
@@ -90,6 +99,7 @@ func newRoot(t *tree.Tree, opts Options) *dirNode {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	opts.tree = t
 	return &dirNode{node{tn: t.Root, opts: &opts, pt: newPassthrough(opts.Passthrough)}}
 }
 
@@ -116,9 +126,67 @@ func dropCachedPages(n *gofs.Inode) {
 }
 
 func (n *node) setTimes(a *fuse.Attr) {
-	a.SetTimes(nil, &n.opts.Mtime, &n.opts.Mtime)
+	a.SetTimes(&n.opts.Mtime, &n.opts.Mtime, &n.opts.Mtime)
 	a.Uid, a.Gid = n.opts.UID, n.opts.GID
 	a.Ino = n.tn.ID
+}
+
+// statfsBlock is the block size statfs reports its figures in.
+const statfsBlock = 4096
+
+// Statfs reports the tree's decoded size (tree.Tree.TotalSize) as the
+// blocks used, in 4 KiB blocks, with none free: df shows what the mount
+// decodes to, full. The file count is the tree's highest node number, a
+// bound that needs no walk.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	total := n.opts.tree.TotalSize()
+	*out = fuse.StatfsOut{}
+	out.Bsize = statfsBlock
+	out.Frsize = statfsBlock
+	out.Blocks = (total + statfsBlock - 1) / statfsBlock
+	out.NameLen = 255
+	return 0
+}
+
+// Getxattr serves the node's tree.Node.XAttrs: ENODATA for any other name,
+// ERANGE when dest is too small (its size is then the answer to a probe
+// with an empty dest).
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, ok := n.tn.XAttrs()[attr]
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Listxattr lists the names XAttrs gives, sorted, each ended by a NUL.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	attrs := n.tn.XAttrs()
+	names := make([]string, 0, len(attrs))
+	for k := range attrs {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var list []byte
+	for _, k := range names {
+		list = append(append(list, k...), 0)
+	}
+	if len(dest) < len(list) {
+		return uint32(len(list)), syscall.ERANGE
+	}
+	return uint32(copy(dest, list)), 0
+}
+
+// Setxattr and Removexattr refuse: the mount is read-only.
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return syscall.EROFS
 }
 
 func (d *dirNode) fill(a *fuse.Attr) {

@@ -53,14 +53,13 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 	}
 	timeout := cacheTimeout
 	mountOpts := fuse.MountOptions{
-		FsName:        mo.FsName,
-		Name:          "ztfs",
-		AllowOther:    mo.AllowOther,
-		Debug:         mo.Debug,
-		Logger:        mo.DebugLog,
-		Options:       []string{"ro", "default_permissions"},
-		MaxWrite:      maxRequest,
-		DisableXAttrs: true,
+		FsName:     mo.FsName,
+		Name:       "ztfs",
+		AllowOther: mo.AllowOther,
+		Debug:      mo.Debug,
+		Logger:     mo.DebugLog,
+		Options:    []string{"ro", "default_permissions"},
+		MaxWrite:   maxRequest,
 		// As root the kernel can be asked directly, with no fusermount3
 		// needed; others go through fusermount3.
 		DirectMount:      os.Geteuid() == 0,
@@ -78,6 +77,8 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		AttrTimeout:  &timeout,
 		UID:          opts.UID,
 		GID:          opts.GID,
+		// The tree numbers its root 1, as FUSE does.
+		RootStableAttr: &gofs.StableAttr{Ino: t.Root.ID},
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	units "github.com/docker/go-units"
@@ -41,23 +42,62 @@ type mountOptions struct {
 	allowOther bool
 }
 
+// genericOptions are the options of mount(8), fstab and systemd that a ztfs
+// mount takes and ignores: a mount is always read-only, nosuid and nodev,
+// and the others are mount(8)'s, the kernel's or systemd's business.
+var genericOptions = map[string]bool{
+	"ro": true, "defaults": true,
+	"nodev": true, "dev": true, "nosuid": true, "suid": true, "noexec": true, "exec": true,
+	"noatime": true, "atime": true, "relatime": true, "norelatime": true, "strictatime": true,
+	"nodiratime": true, "diratime": true, "lazytime": true, "nolazytime": true,
+	"auto": true, "noauto": true, "user": true, "users": true, "nouser": true, "owner": true, "group": true,
+	"_netdev": true, "nofail": true, "async": true,
+}
+
 // parseOptions reads -o values, each a comma-separated list as in mount(8).
+// The keys that stand for a flag of ztfs mount (cache_size=1GiB, verify,
+// see optionFlags) are turned into that flag before the command line is
+// parsed (helperArgs); one that reaches here is malformed.
 func parseOptions(values []string) (mountOptions, error) {
 	var o mountOptions
 	for _, v := range values {
 		for _, opt := range strings.Split(v, ",") {
-			switch strings.TrimSpace(opt) {
-			case "":
-			case "allow_other":
+			opt = strings.TrimSpace(opt)
+			key, _, valued := strings.Cut(opt, "=")
+			switch {
+			case opt == "":
+			case opt == "allow_other":
 				o.allowOther = true
-			case "ro":
-				// Every ztfs mount is read-only.
+			case genericOptions[opt], strings.HasPrefix(opt, "x-"), strings.HasPrefix(opt, "comment="):
+			case opt == "rw":
+				return o, fmt.Errorf("mount option \"rw\": ztfs mounts are read-only: use ro")
 			default:
-				return o, fmt.Errorf("unknown mount option %q (known: allow_other, ro)", opt)
+				if f, ok := optionFlags[key]; ok {
+					if f.valued {
+						return o, fmt.Errorf("mount option %q needs a value: %s=VALUE (as %s VALUE)", opt, key, f.flag)
+					}
+					if valued {
+						return o, fmt.Errorf("mount option %q takes no value (as %s)", opt, f.flag)
+					}
+				}
+				return o, fmt.Errorf("unknown mount option %q (known: allow_other, %s, and mount(8)'s generic options such as ro, noauto, nofail, x-systemd.*)", opt, knownKeys())
 			}
 		}
 	}
 	return o, nil
+}
+
+// knownKeys lists the -o keys that stand for flags, sorted.
+func knownKeys() string {
+	keys := make([]string, 0, len(optionFlags))
+	for k, f := range optionFlags {
+		if f.valued {
+			k += "="
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
 }
 
 // sourceFlags choose how SOURCE is opened, for every command that opens one.

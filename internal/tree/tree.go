@@ -34,6 +34,10 @@ type Node struct {
 	children []*Node // sorted by name; for a tensor directory, filled by fill
 	tensor   *tensorDir
 	weights  bool // the model's weights again (formats.File.Weights, the view)
+	// A file of a tensor directory: the directory, and the component the
+	// file holds (nil for meta.json and tensor.npy). For XAttrs.
+	of   *tensorDir
+	comp *formats.Component
 }
 
 // tensorDir is the lazily filled directory of one tensor. It holds no more
@@ -108,6 +112,9 @@ type Tree struct {
 	origin   *SourceInfo  // path absolute; nil: sources[0]
 	extra    []Extra
 	manifest lazyBytes
+
+	totalOnce sync.Once
+	total     uint64
 }
 
 // Extra is a root file computed outside the container: the safetensors
@@ -449,7 +456,7 @@ func (td *tensorDir) fill(id uint64) []*Node {
 	data := td.dataFiles()
 	nodes := make([]*Node, 0, len(data)+1)
 	for _, f := range data {
-		nodes = append(nodes, &Node{Name: f.name, Reader: f.reader})
+		nodes = append(nodes, &Node{Name: f.name, Reader: f.reader, of: td, comp: f.component})
 	}
 	meta := &lazyBytes{build: func() ([][]byte, error) {
 		w := &jsonWriter{}
@@ -458,7 +465,7 @@ func (td *tensorDir) fill(id uint64) []*Node {
 		}
 		return [][]byte{append(w.buf, '\n')}, nil
 	}}
-	nodes = append(nodes, &Node{Name: metaName, Reader: meta})
+	nodes = append(nodes, &Node{Name: metaName, Reader: meta, of: td})
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	for i, n := range nodes {
 		n.ID = id + 1 + uint64(i)
