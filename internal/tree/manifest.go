@@ -14,7 +14,7 @@ import (
 const ManifestVersion = 1
 
 // writeManifest writes manifest.json: the container, normalized, with the
-// path of every file (mount-layout.md).
+// path of every file (docs/tree.md, "manifest.json").
 func (tr *Tree) writeManifest() ([][]byte, error) {
 	c := tr.c
 	w := &jsonWriter{buf: make([]byte, 0, 64<<10)}

@@ -1,5 +1,5 @@
 // Package tree lays a container out as the file tree of a mount, as
-// specs/mount-layout.md defines it: manifest.json, tensors/<escaped
+// docs/tree.md defines it: manifest.json, tensors/<escaped
 // path>/{meta.json, one file per component, tensor.npy}, and a format's
 // extra files at the root, each file with the pipeline reader that serves
 // it. It knows nothing of FUSE: the fs package and `ztfs cat` both serve it.
