@@ -121,3 +121,11 @@ func TestMountNotes(t *testing.T) {
 		}
 	}
 }
+
+func TestMountFileName(t *testing.T) {
+	for in, want := range map[string]string{"/mnt/my-model": `mnt-my\x2dmodel`, "/srv/a b/m": "srv-a b-m", "/": "-"} {
+		if got := mountFileName(in); got != want {
+			t.Errorf("mountFileName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
