@@ -14,6 +14,9 @@ import (
 // fails; the number is a raw wait status (256 is exit code 1).
 var fusermountFailure = regexp.MustCompile(`fusermount exited with code ([0-9]+)`)
 
+// fusermountName is how fusermount3 starts a message: its argv[0].
+var fusermountName = regexp.MustCompile(`^(\S*/)?fusermount3?: `)
+
 // fusermountHints maps what fusermount3 prints to what to do about it.
 var fusermountHints = []struct{ message, hint string }{
 	{"failed to open /dev/fuse: Permission denied", "your user may not open /dev/fuse: check its permissions (ls -l /dev/fuse) or mount as root; in a container, pass --device /dev/fuse"},
@@ -39,7 +42,9 @@ func explainMountError(err error, stderr string) (error, []string) {
 	}
 	var lines []string
 	for _, l := range strings.Split(stderr, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
+		// fusermount3 starts its messages with the name it was run by.
+		l = fusermountName.ReplaceAllString(strings.TrimSpace(l), "")
+		if l != "" {
 			lines = append(lines, l)
 		}
 	}
@@ -53,10 +58,7 @@ func explainMountError(err error, stderr string) (error, []string) {
 			hints = append(hints, h.hint)
 		}
 	}
-	if !strings.HasPrefix(msg, "fusermount") {
-		msg = "fusermount3: " + msg
-	}
-	return errors.New(msg), hints
+	return errors.New("fusermount3: " + msg), hints
 }
 
 // captureStderr runs f with the process's standard error (which go-fuse

@@ -11,7 +11,7 @@ import (
 func TestExplainMountError(t *testing.T) {
 	goFuse := errors.New("fusermount exited with code 256\n")
 	for _, tc := range []struct{ stderr, err, hint string }{
-		{"fusermount3: failed to open /dev/fuse: Permission denied\n",
+		{"/usr/bin/fusermount3: failed to open /dev/fuse: Permission denied\n",
 			"fusermount3: failed to open /dev/fuse: Permission denied", "check its permissions"},
 		{"fusermount3: option allow_other only allowed if 'user_allow_other' is set in /etc/fuse.conf\n",
 			"fusermount3: option allow_other only allowed if 'user_allow_other' is set in /etc/fuse.conf", "add the line user_allow_other to /etc/fuse.conf"},

@@ -32,6 +32,16 @@ type codedError struct {
 func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
+// hintedError carries advice printed after the error, one
+// "ztfs: hint: ..." line each.
+type hintedError struct {
+	err   error
+	hints []string
+}
+
+func (e *hintedError) Error() string { return e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }
+
 // withCode attaches an exit code to err; nil stays nil.
 func withCode(code int, err error) error {
 	if err == nil {
@@ -47,6 +57,12 @@ func main() {
 		os.Exit(exitOK)
 	}
 	fmt.Fprintf(os.Stderr, "ztfs: %v\n", err)
+	var hinted *hintedError
+	if errors.As(err, &hinted) {
+		for _, h := range hinted.hints {
+			fmt.Fprintf(os.Stderr, "ztfs: hint: %s\n", h)
+		}
+	}
 	var coded *codedError
 	if errors.As(err, &coded) {
 		os.Exit(coded.code)

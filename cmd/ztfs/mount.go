@@ -114,6 +114,12 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 		}
 		ready = func(err error) {
 			if err != nil {
+				var hinted *hintedError
+				if errors.As(err, &hinted) {
+					for _, h := range hinted.hints {
+						fmt.Fprintf(pipe, "%s%s\n", hintPrefix, h)
+					}
+				}
 				fmt.Fprintf(pipe, "%v\n", err)
 			} else {
 				fmt.Fprintln(pipe, "ready")
@@ -158,9 +164,6 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if err != nil {
 		return err
 	}
-	if logPath != "" && f.readyFd >= 0 {
-		notify("logging to " + logPath)
-	}
 	logf = dedupLogf(logger) // before the mount serves: no reader sees the change
 	boundMemory(int64(f.cacheSize))
 	widenProcs()
@@ -181,10 +184,10 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	})
 	if err != nil {
 		err, hints := explainMountError(err, helperOutput)
-		for _, h := range hints {
-			notify("hint: " + h)
-		}
-		return fmt.Errorf("%s: mount: %w", mountpoint, err)
+		return &hintedError{fmt.Errorf("%s: mount: %w", mountpoint, err), hints}
+	}
+	if logPath != "" && f.readyFd >= 0 {
+		notify("logging to " + logPath)
 	}
 	logf("serving %s at %s", source, mountpoint)
 	stop := publishState(s, abs, mountpoint, logPath, logf)
@@ -327,9 +330,14 @@ func startBackground(source, mountpoint string) error {
 	w.Close()
 	msg, _ := io.ReadAll(bufio.NewReader(r))
 	var line string
+	var hints []string
 	for _, l := range strings.Split(strings.TrimSpace(string(msg)), "\n") {
 		if w, ok := strings.CutPrefix(l, warningPrefix); ok {
 			fmt.Fprintf(os.Stderr, "ztfs: %s\n", w)
+			continue
+		}
+		if h, ok := strings.CutPrefix(l, hintPrefix); ok {
+			hints = append(hints, h)
 			continue
 		}
 		line = l
@@ -342,11 +350,15 @@ func startBackground(source, mountpoint string) error {
 	if line == "" {
 		return fmt.Errorf("%s: the server exited before the mount was ready (%v)", mountpoint, state)
 	}
-	return errors.New(line)
+	return &hintedError{errors.New(line), hints}
 }
 
-// warningPrefix marks a warning line on the ready pipe.
-const warningPrefix = "warning "
+// warningPrefix marks a line on the ready pipe to show as it is; hintPrefix
+// one to show after the error.
+const (
+	warningPrefix = "warning "
+	hintPrefix    = "hint "
+)
 
 // serverArgs returns the mount command line for the background server: the
 // user's own arguments after "mount".
