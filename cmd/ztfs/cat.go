@@ -23,7 +23,7 @@ func newCatCommand() *cobra.Command {
 		Long: `Write the bytes of one file of the tree SOURCE would show when mounted, exactly
 as 'cat MOUNTPOINT/PATH' would, without FUSE. PATH is relative to the mount
 root, e.g. manifest.json or tensors/layer1.weight/tensor.npy.`,
-		Args: cobra.ExactArgs(2),
+		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, err := verifyMode(verify, noVerify)
 			if err != nil {

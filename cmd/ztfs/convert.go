@@ -50,7 +50,7 @@ checksum, and a seek table.
 DEST is written to a temporary file next to it and renamed into place only
 when complete: an interrupted or failed convert leaves nothing under DEST.
 A progress bar shows on a terminal.`,
-		Args: cobra.ExactArgs(2),
+		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runConvert(args[0], args[1], f, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
 		},

@@ -29,7 +29,7 @@ func newInspectCommand() *cobra.Command {
 decoded size, encoding. With --json print exactly the manifest.json a mount of
 SOURCE shows. With --verify also check every digest the file records (over the
 stored bytes) and exit with status 1 if one does not match.`,
-		Args: cobra.ExactArgs(1),
+		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := session.Options{CacheSize: 64 << 20, NPYFloat16: npyDType.half()}
 			sf.apply(&opts)

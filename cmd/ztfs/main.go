@@ -32,6 +32,16 @@ type codedError struct {
 func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
+// hintedError carries advice printed after the error, one
+// "ztfs: hint: ..." line each.
+type hintedError struct {
+	err   error
+	hints []string
+}
+
+func (e *hintedError) Error() string { return e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }
+
 // withCode attaches an exit code to err; nil stays nil.
 func withCode(code int, err error) error {
 	if err == nil {
@@ -47,6 +57,12 @@ func main() {
 		os.Exit(exitOK)
 	}
 	fmt.Fprintf(os.Stderr, "ztfs: %v\n", err)
+	var hinted *hintedError
+	if errors.As(err, &hinted) {
+		for _, h := range hinted.hints {
+			fmt.Fprintf(os.Stderr, "ztfs: hint: %s\n", h)
+		}
+	}
 	var coded *codedError
 	if errors.As(err, &coded) {
 		os.Exit(coded.code)
@@ -58,18 +74,34 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ztfs",
 		Short: "Mount tensor container files as read-only directory trees",
-		Long: `ztfs turns a tensor container file (zTensor v0.1 to v2, sharded v2 models,
-safetensors, Tensogram, MCF) into a read-only directory tree: manifest.json,
-one directory per tensor with its meta.json, one file per stored component and
-a tensor.npy holding the logical tensor, readable with cat, dd, jq and
-numpy.load. inspect, cat and verify show the same without FUSE; convert
-rewrites any of these files as a canonical zTensor v2 file.`,
+		Long: `ztfs turns a tensor container file into a read-only directory tree:
+manifest.json, one directory per tensor with its meta.json, one file per
+stored component and a tensor.npy holding the logical tensor, readable with
+cat, dd, jq and numpy.load. inspect, cat and verify show the same without
+FUSE; convert rewrites any of these files as a canonical zTensor v2 file.
+
+Formats:
+  zTensor      v0.1, v1.0, v1.1, v1.2 and v2 (.zt), sharded v2 models
+  safetensors  .safetensors, sharded checkpoints with their index
+  Tensogram    .tgm
+  MCF          .mcf
+  GGUF         .gguf, split models (<prefix>-00001-of-0000N.gguf)
+  model folder a folder (or its model.safetensors.index.json) holding any of these`,
+		Example: `  ztfs mount model.safetensors /mnt/model    # serve in the background
+  ztfs status                                # list the mounts and their state
+  ztfs unmount /mnt/model
+  ztfs mount -f --debug model.zt /mnt/model  # in the foreground, logging every request
+  ztfs mount ~/models/Llama-3-8B /mnt/llama  # a whole checkpoint folder
+  ztfs inspect model.gguf                    # the tensors, without FUSE
+  ztfs cat model.zt tensors/w/tensor.npy > w.npy
+  ztfs verify model.zt
+  ztfs convert model.safetensors model.zt`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("ztfs {{.Version}}\n")
-	root.AddCommand(newMountCommand(), newUnmountCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand())
+	root.AddCommand(newMountCommand(), newUnmountCommand(), newStatusCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see 'ztfs %s --help')", c.Name(), err, c.Name())
 	})

@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "ztfs")
+	// Background servers log and publish their state here, not in /var/log.
+	os.Setenv("ZTFS_LOG_DIR", filepath.Join(dir, "log"))
+	os.Setenv("ZTFS_STATE_DIR", filepath.Join(dir, "state"))
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building ztfs: %v\n%s", err, out)
 		os.Exit(1)
@@ -63,10 +66,16 @@ func TestVersionAndHelp(t *testing.T) {
 	if r := run(t, "--version"); r.code != 0 || r.stdout != "ztfs "+version+"\n" {
 		t.Errorf("--version: %+v", r)
 	}
-	for _, cmd := range []string{"mount", "unmount", "inspect", "cat", "verify", "convert"} {
+	for _, cmd := range []string{"mount", "unmount", "status", "inspect", "cat", "verify", "convert"} {
 		r := run(t, cmd, "--help")
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "ztfs "+cmd) {
 			t.Errorf("%s --help: %+v", cmd, r)
+		}
+	}
+	help := run(t, "--help").stdout
+	for _, want := range []string{"zTensor", "v0.1", "v2", "safetensors", "Tensogram", "MCF", "GGUF", "model folder", "Examples:", "ztfs status"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %s", want)
 		}
 	}
 	mount := run(t, "mount", "--help").stdout
@@ -90,8 +99,24 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "rw", "a", t.TempDir()},
 		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"}} {
 		r := run(t, args...)
-		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "ztfs: ") || strings.Count(r.stderr, "\n") != 1 {
+		lines := strings.Count(r.stderr, "\n")
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "ztfs: ") || lines != 1 && !(lines == 2 && strings.Contains(r.stderr, "\nusage: ztfs ")) {
 			t.Errorf("%v: code %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	// A missing or extra argument is named, with the usage line.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mount", "a"}, "ztfs: mount: missing MOUNTPOINT\nusage: ztfs mount [flags] SOURCE MOUNTPOINT\n"},
+		{[]string{"mount"}, "ztfs: mount: missing SOURCE\nusage: ztfs mount [flags] SOURCE MOUNTPOINT\n"},
+		{[]string{"cat", "a"}, "ztfs: cat: missing PATH\nusage: ztfs cat [flags] SOURCE PATH\n"},
+		{[]string{"unmount"}, "ztfs: unmount: missing MOUNTPOINT\nusage: ztfs unmount [-z] MOUNTPOINT... [flags]\n"},
+		{[]string{"status", "x"}, "ztfs: status: unexpected argument \"x\"\nusage: ztfs status [--json] [flags]\n"},
+	} {
+		if r := run(t, tc.args...); r.code != exitUsage || r.stderr != tc.want {
+			t.Errorf("%v: code %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
 		}
 	}
 }

@@ -14,8 +14,11 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
 
 	"github.com/ztfs/ztfs/cache"
@@ -51,7 +54,7 @@ error and nothing is mounted. By default the command returns once the mount
 serves, leaving a background server that runs until the mount is unmounted
 (ztfs unmount, umount or fusermount3 -u). With -f it stays in the foreground;
 Ctrl-C or SIGTERM then unmounts.`,
-		Args: cobra.ExactArgs(2),
+		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMount(cmd, args[0], args[1], f)
 		},
@@ -102,21 +105,21 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 		return withCode(exitError, startBackground(source, mountpoint))
 	}
 	ready := func(error) {}
-	warn := func(warnings []string) {
-		for _, w := range warnings {
-			fmt.Fprintf(os.Stderr, "ztfs: %s: warning: %s\n", source, w)
-		}
-	}
+	notify := func(msg string) { fmt.Fprintf(os.Stderr, "ztfs: %s\n", msg) }
 	if f.readyFd >= 0 {
 		pipe := os.NewFile(uintptr(f.readyFd), "ready")
-		// The parent prints the warnings on the user's terminal.
-		warn = func(warnings []string) {
-			for _, w := range warnings {
-				fmt.Fprintf(pipe, "%s%s: warning: %s\n", warningPrefix, source, strings.ReplaceAll(w, "\n", " "))
-			}
+		// The parent prints the notes on the user's terminal.
+		notify = func(msg string) {
+			fmt.Fprintf(pipe, "%s%s\n", warningPrefix, strings.ReplaceAll(msg, "\n", " "))
 		}
 		ready = func(err error) {
 			if err != nil {
+				var hinted *hintedError
+				if errors.As(err, &hinted) {
+					for _, h := range hinted.hints {
+						fmt.Fprintf(pipe, "%s%s\n", hintPrefix, h)
+					}
+				}
 				fmt.Fprintf(pipe, "%v\n", err)
 			} else {
 				fmt.Fprintln(pipe, "ready")
@@ -124,7 +127,7 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 			pipe.Close()
 		}
 	}
-	if err := serve(source, mountpoint, f, opts, ready, warn); err != nil {
+	if err := serve(source, mountpoint, f, opts, ready, notify); err != nil {
 		ready(err)
 		return withCode(exitError, err)
 	}
@@ -132,7 +135,8 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 }
 
 // serve opens source, mounts it and serves until the mount goes away.
-func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), warn func([]string)) error {
+// notify shows a line on the user's terminal.
+func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), notify func(string)) error {
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
 	verify, _ := verifyMode(f.verify, f.noVerify)
@@ -144,11 +148,19 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		return err
 	}
 	defer s.Close()
-	warn(s.Container.Warnings)
+	for _, w := range s.Container.Warnings {
+		notify(source + ": warning: " + w)
+	}
+	for _, h := range session.Hints(source) {
+		notify("hint: " + h)
+	}
 	if err := checkMountpoint(mountpoint); err != nil {
 		return err
 	}
-	logger, err := openLog(f)
+	if !isEmptyDir(mountpoint) {
+		notify(fmt.Sprintf("warning: %s is not empty: its files are hidden while mounted", mountpoint))
+	}
+	logger, logPath, err := openLog(f, mountpoint)
 	if err != nil {
 		return err
 	}
@@ -160,15 +172,26 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if f.debug {
 		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
 	}
-	server, err := ztfs.Mount(mountpoint, s.Tree,
-		ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
-			Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
-		ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
-			ReadAhead: int64(f.readAhead), Logf: logf})
+	var server *fuse.Server
+	helperOutput, err := captureStderr(func() error {
+		var err error
+		server, err = ztfs.Mount(mountpoint, s.Tree,
+			ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
+				Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
+			ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
+				ReadAhead: int64(f.readAhead), Logf: logf})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("%s: mount: %w", mountpoint, err)
+		err, hints := explainMountError(err, helperOutput)
+		return &hintedError{fmt.Errorf("%s: mount: %w", mountpoint, err), hints}
+	}
+	if logPath != "" && f.readyFd >= 0 {
+		notify("logging to " + logPath)
 	}
 	logf("serving %s at %s", source, mountpoint)
+	stop := publishState(s, abs, mountpoint, logPath, logf)
+	defer stop()
 	if s.Unguarded != nil {
 		logf("%s: %v; raw components are copied rather than spliced, and every read of the file is checked for changes", source, s.Unguarded)
 	}
@@ -307,9 +330,14 @@ func startBackground(source, mountpoint string) error {
 	w.Close()
 	msg, _ := io.ReadAll(bufio.NewReader(r))
 	var line string
+	var hints []string
 	for _, l := range strings.Split(strings.TrimSpace(string(msg)), "\n") {
 		if w, ok := strings.CutPrefix(l, warningPrefix); ok {
 			fmt.Fprintf(os.Stderr, "ztfs: %s\n", w)
+			continue
+		}
+		if h, ok := strings.CutPrefix(l, hintPrefix); ok {
+			hints = append(hints, h)
 			continue
 		}
 		line = l
@@ -322,11 +350,15 @@ func startBackground(source, mountpoint string) error {
 	if line == "" {
 		return fmt.Errorf("%s: the server exited before the mount was ready (%v)", mountpoint, state)
 	}
-	return errors.New(line)
+	return &hintedError{errors.New(line), hints}
 }
 
-// warningPrefix marks a warning line on the ready pipe.
-const warningPrefix = "warning "
+// warningPrefix marks a line on the ready pipe to show as it is; hintPrefix
+// one to show after the error.
+const (
+	warningPrefix = "warning "
+	hintPrefix    = "hint "
+)
 
 // serverArgs returns the mount command line for the background server: the
 // user's own arguments after "mount".
@@ -339,18 +371,99 @@ func serverArgs(args []string) []string {
 	return args
 }
 
-// openLog returns where the server logs: stderr in the foreground, the
-// --log-file if given, else syslog, else nowhere.
-func openLog(f mountFlags) (*log.Logger, error) {
-	if f.logFile != "" {
-		out, err := os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, err
+// openLog returns where the server logs and the log file's path: the
+// --log-file if given, else stderr in the foreground, else a file named
+// after the mountpoint in logDir, else syslog.
+func openLog(f mountFlags, mountpoint string) (*log.Logger, string, error) {
+	path := f.logFile
+	if path == "" {
+		if f.foreground && f.readyFd < 0 {
+			return log.New(os.Stderr, "ztfs: ", log.LstdFlags), "", nil
 		}
-		return log.New(out, "ztfs["+strconv.Itoa(os.Getpid())+"]: ", log.LstdFlags), nil
+		path = defaultLogPath(mountpoint)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return syslogLogger(), "", nil
+		}
 	}
-	if f.foreground && f.readyFd < 0 {
-		return log.New(os.Stderr, "ztfs: ", log.LstdFlags), nil
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		if f.logFile == "" {
+			return syslogLogger(), "", nil
+		}
+		return nil, "", err
 	}
-	return syslogLogger(), nil
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	return log.New(out, "ztfs["+strconv.Itoa(os.Getpid())+"]: ", log.LstdFlags), path, nil
+}
+
+// isEmptyDir reports whether dir holds nothing (or cannot be read).
+func isEmptyDir(dir string) bool {
+	d, err := os.Open(dir)
+	if err != nil {
+		return true
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(1)
+	return len(names) == 0
+}
+
+// stateInterval is how often a server rewrites its state file with its
+// cache use.
+const stateInterval = 5 * time.Second
+
+// publishState keeps the mount's state file current until the returned
+// function is called, which removes it.
+func publishState(s *session.Session, source, mountpoint, logPath string, logf func(string, ...any)) func() {
+	path := statePath(mountpoint)
+	var mu sync.Mutex
+	st := mountState{Source: source, Mountpoint: resolvePath(mountpoint), PID: os.Getpid(), LogFile: logPath, State: stateServing}
+	write := func() {
+		stats := s.Cache.Stats()
+		st.CacheUsed, st.CacheSize = stats.Used, stats.Capacity
+		if err := st.write(path); err != nil {
+			logf("state file: %v", err)
+		}
+	}
+	mu.Lock()
+	write()
+	mu.Unlock()
+	closed := false
+	s.OnChange(func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
+		st.State = stateChanged
+		if err != nil {
+			st.Reason = err.Error()
+		}
+		write()
+	})
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(stateInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				mu.Lock()
+				if !closed {
+					write()
+				}
+				mu.Unlock()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
+		os.Remove(path)
+	}
 }

@@ -15,18 +15,36 @@ import (
 func newUnmountCommand() *cobra.Command {
 	var lazy bool
 	cmd := &cobra.Command{
-		Use:   "unmount [-z] MOUNTPOINT",
-		Short: "Unmount a ztfs mount",
-		Long: `Unmount the ztfs mount at MOUNTPOINT; its server then exits. A mount whose
-server has died is cleaned up as well. With -z a busy mount is detached at
-once and goes away when its last user does.`,
-		Args: cobra.ExactArgs(1),
+		Use:   "unmount [-z] MOUNTPOINT...",
+		Short: "Unmount ztfs mounts",
+		Long: `Unmount the ztfs mount at each MOUNTPOINT; its server then exits. A mount
+whose server has died is cleaned up as well. With -z a busy mount is detached
+at once and goes away when its last user does. Each mountpoint that cannot
+be unmounted is reported; the exit status is then that of the first failure.`,
+		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runUnmount(args[0], lazy)
+			return runUnmounts(args, lazy)
 		},
 	}
 	cmd.Flags().BoolVarP(&lazy, "lazy", "z", false, "detach a busy mount now, finish when it is no longer in use")
 	return cmd
+}
+
+// runUnmounts unmounts every mountpoint, reporting each failure but the
+// first, which it returns.
+func runUnmounts(mountpoints []string, lazy bool) error {
+	var first error
+	for _, m := range mountpoints {
+		err := runUnmount(m, lazy)
+		switch {
+		case err == nil:
+		case first == nil:
+			first = err
+		default:
+			fmt.Fprintf(os.Stderr, "ztfs: %v\n", err)
+		}
+	}
+	return first
 }
 
 func runUnmount(mountpoint string, lazy bool) error {

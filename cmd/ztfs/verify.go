@@ -37,7 +37,7 @@ a file that cannot be opened.
 
 On a terminal, stderr shows a progress bar of the bytes processed. With
 --json the report is printed as JSON on stdout.`,
-		Args: cobra.ExactArgs(1),
+		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := verify.Options{CacheSize: int64(cacheSize), NPYFloat16: npyDType.half(), FollowSymlinks: sf.followSymlinks}
 			return runVerify(args[0], asJSON, opts, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))

@@ -87,7 +87,7 @@ func Open(path string, opts Options) (*Session, error) {
 	s := &Session{}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, explainCutOff(err))
 	}
 	// The index must be the version that is served: a change while it was
 	// read fails the open rather than every later read.

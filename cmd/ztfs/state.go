@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// logDir is where background servers log unless --log-file says otherwise:
+// $ZTFS_LOG_DIR, else /var/log/ztfs for root, else $XDG_STATE_HOME/ztfs
+// (~/.local/state/ztfs).
+func logDir() string {
+	if d := os.Getenv("ZTFS_LOG_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/var/log/ztfs"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "ztfs")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "state", "ztfs")
+}
+
+// stateDir is where servers publish their state for ztfs status:
+// $ZTFS_STATE_DIR, else /run/ztfs for root, else $XDG_RUNTIME_DIR/ztfs,
+// else the log directory.
+func stateDir() string {
+	if d := os.Getenv("ZTFS_STATE_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/run/ztfs"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "ztfs")
+	}
+	return logDir()
+}
+
+// mountFileName names a mount's log and state files after its absolute
+// mountpoint: /mnt/my-model is mnt-my\x2dmodel, as systemd-escape does.
+func mountFileName(mountpoint string) string {
+	p := strings.Trim(resolvePath(mountpoint), "/")
+	if p == "" {
+		return "-"
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '/':
+			b.WriteByte('-')
+		case c == '.' && i == 0, c == '-', c == '\\', c < ' ', c > '~':
+			b.WriteString(`\x`)
+			b.WriteString(strings.ToLower(string("0123456789ABCDEF"[c>>4]) + string("0123456789ABCDEF"[c&15])))
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// defaultLogPath is a background server's log file.
+func defaultLogPath(mountpoint string) string {
+	return filepath.Join(logDir(), mountFileName(mountpoint)+".log")
+}
+
+// statePath is where the server of the mount at mountpoint keeps its state.
+func statePath(mountpoint string) string {
+	return filepath.Join(stateDir(), mountFileName(mountpoint)+".json")
+}
+
+// mountState is what a server publishes about its mount.
+type mountState struct {
+	Source     string    `json:"source"`
+	Mountpoint string    `json:"mountpoint"`
+	PID        int       `json:"pid"`
+	LogFile    string    `json:"log_file,omitempty"`
+	CacheUsed  int64     `json:"cache_used"`
+	CacheSize  int64     `json:"cache_size"`
+	State      string    `json:"state"`
+	Reason     string    `json:"reason,omitempty"`
+	Updated    time.Time `json:"updated"`
+}
+
+// States a mount can be in.
+const (
+	stateServing = "serving"
+	stateChanged = "source changed — remount"
+)
+
+// write replaces the state file at path atomically.
+func (s *mountState) write(path string) error {
+	s.Updated = time.Now().UTC()
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readState reads a server's state file.
+func readState(path string) (*mountState, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s mountState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}

@@ -1,0 +1,121 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/ztfs/ztfs/formats/gguf"
+)
+
+// shardName matches one file of a sharded checkpoint:
+// model-00001-of-00004.safetensors.
+var shardName = regexp.MustCompile(`^(.*)-([0-9]+)-of-([0-9]+)\.([^.]+)$`)
+
+// Hints returns advice about how path is opened, for the user to read
+// before the source is mounted: a single shard of a checkpoint whose folder
+// holds the rest of it.
+func Hints(path string) []string {
+	var hints []string
+	if h := shardHint(path); h != "" {
+		hints = append(hints, h)
+	}
+	return hints
+}
+
+// shardHint names the folder to mount when path is one shard of a
+// checkpoint and its folder holds an index or the other shards. A GGUF
+// split is left alone: naming one mounts the whole model already.
+func shardHint(path string) string {
+	m := shardName.FindStringSubmatch(filepath.Base(path))
+	if m == nil || m[4] == "gguf" {
+		return ""
+	}
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	count, err := strconv.Atoi(m[3])
+	if err != nil || count < 2 {
+		return ""
+	}
+	dir := filepath.Dir(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	others := false
+	for _, e := range entries {
+		name := e.Name()
+		if name == filepath.Base(path) {
+			continue
+		}
+		if strings.HasSuffix(name, ".index.json") {
+			others = true
+			break
+		}
+		if o := shardName.FindStringSubmatch(name); o != nil && o[1] == m[1] && o[3] == m[3] && o[4] == m[4] {
+			others = true
+			break
+		}
+	}
+	if !others {
+		return ""
+	}
+	return fmt.Sprintf("this is one shard of a checkpoint; mount its folder (%s) for the whole model", dir)
+}
+
+// cutOffPhrases are what the formats say when a file ends before the data
+// its index describes.
+var cutOffPhrases = []string{
+	"beyond the end", "outside the file", "past the end", "truncated", "ends too early",
+	"ends before", "cut off", "footer magic missing", "no complete Tensogram message",
+}
+
+// fileSizeMismatch is MCF's complaint about a file shorter or longer than its
+// header says.
+var fileSizeMismatch = regexp.MustCompile(`FileSize ([0-9]+) does not match the file size ([0-9]+)`)
+
+// looksCutOff reports whether a failed open suggests the file ends early,
+// as an interrupted download does.
+func looksCutOff(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gguf.ErrTruncated) {
+		return true
+	}
+	msg := err.Error()
+	if m := fileSizeMismatch.FindStringSubmatch(msg); m != nil {
+		want, _ := strconv.ParseUint(m[1], 10, 64)
+		have, _ := strconv.ParseUint(m[2], 10, 64)
+		return have < want
+	}
+	for _, p := range cutOffPhrases {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// cutOffError adds to an open error that the file looks cut off, when it
+// does.
+type cutOffError struct{ err error }
+
+func (e *cutOffError) Error() string {
+	return e.err.Error() + "; the file looks cut off (an interrupted download?)"
+}
+func (e *cutOffError) Unwrap() error { return e.err }
+
+// explainCutOff wraps err when it looks like a cut-off file.
+func explainCutOff(err error) error {
+	if looksCutOff(err) {
+		return &cutOffError{err}
+	}
+	return err
+}

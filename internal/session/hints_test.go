@@ -1,0 +1,94 @@
+package session
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztfs/ztfs/internal/fixtures"
+)
+
+// A cut-off copy of a file of every format fails to open with an error
+// that says the file looks cut off.
+func TestCutOffFiles(t *testing.T) {
+	for _, rel := range []string{
+		"ztensor/v1_1/valid/zstd.zt",
+		"safetensors/official/valid_deserialization.safetensors",
+		"tensogram/golden_v0.24.0/simple_f32.tgm",
+		"mcf/tiny_q4.mcf",
+		"gguf/plain_types.gguf",
+		"ztensor/v2_conformance/valid/minimal.zt",
+	} {
+		data, err := os.ReadFile(filepath.Join(fixtures.Dir(), rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{len(data) / 4, len(data) / 2, len(data) * 3 / 4} {
+			p := filepath.Join(t.TempDir(), filepath.Base(rel))
+			if err := os.WriteFile(p, data[:n], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(p, Options{CacheSize: 1 << 20})
+			if err == nil {
+				s.Close()
+				t.Errorf("%s cut to %d of %d bytes opens", rel, n, len(data))
+				continue
+			}
+			if !strings.HasSuffix(err.Error(), "; the file looks cut off (an interrupted download?)") {
+				t.Errorf("%s cut to %d of %d bytes: %v", rel, n, len(data), err)
+			}
+		}
+		// The whole file opens without the remark.
+		s, err := Open(filepath.Join(fixtures.Dir(), rel), Options{CacheSize: 1 << 20})
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+		} else {
+			s.Close()
+		}
+	}
+}
+
+// Errors that do not point at a short file get no remark.
+func TestLooksCutOff(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"header FileSize 4144 does not match the file size 2072": true,
+		"header FileSize 4144 does not match the file size 5000": false,
+		"unknown dtype \"F7\"":                           false,
+		"header length 60 runs past the end of the file": true,
+	} {
+		if got := looksCutOff(errorString(msg)); got != want {
+			t.Errorf("looksCutOff(%q) = %v", msg, got)
+		}
+	}
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func TestShardHint(t *testing.T) {
+	dir := t.TempDir()
+	one := filepath.Join(dir, "model-00001-of-00002.safetensors")
+	for _, name := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := Hints(one); len(h) != 1 || h[0] != "this is one shard of a checkpoint; mount its folder ("+dir+") for the whole model" {
+		t.Errorf("hints: %q", h)
+	}
+	alone := t.TempDir()
+	lone := filepath.Join(alone, "model-00001-of-00002.safetensors")
+	os.WriteFile(lone, nil, 0o644)
+	if h := Hints(lone); len(h) != 0 {
+		t.Errorf("a shard alone in its folder: %q", h)
+	}
+	os.WriteFile(filepath.Join(alone, "model.safetensors.index.json"), []byte("{}"), 0o644)
+	if h := Hints(lone); len(h) != 1 {
+		t.Errorf("a shard next to an index: %q", h)
+	}
+	if h := Hints(filepath.Join(dir, "model.safetensors")); len(h) != 0 {
+		t.Errorf("not a shard: %q", h)
+	}
+}
