@@ -65,6 +65,16 @@ for pkg in $(go list ./...); do
   done
 done
 
+section install
+# scripts/install.sh into a scratch prefix: the binary, man pages and
+# completion must all be written.
+inst=$(mktemp -d)
+PREFIX=$inst SBIN=$inst/sbin scripts/install.sh >/dev/null
+for f in bin/ztfs share/man/man1/ztfs.1 share/man/man1/ztfs-mount.1 share/bash-completion/completions/ztfs; do
+  [ -s "$inst/$f" ] || { echo "FAIL: scripts/install.sh did not write $f" >&2; exit 1; }
+done
+rm -rf "$inst"
+
 section demo
 scripts/demo.sh >/dev/null
 

@@ -102,6 +102,8 @@ Formats:
 	}
 	root.SetVersionTemplate("ztfs {{.Version}}\n")
 	root.AddCommand(newMountCommand(), newUnmountCommand(), newStatusCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand())
+	root.AddCommand(newManCommand(root))
+	completeCommands(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see 'ztfs %s --help')", c.Name(), err, c.Name())
 	})

@@ -46,8 +46,10 @@ func newMountCommand() *cobra.Command {
 	f := mountFlags{cacheSize: defaultCacheSize, readAhead: defaultReadAhead, readyFd: -1}
 	cmd := &cobra.Command{
 		Use:   "mount [flags] SOURCE MOUNTPOINT",
-		Short: "Mount a container file read-only at MOUNTPOINT",
-		Long: `Mount the container file SOURCE read-only at the directory MOUNTPOINT.
+		Short: "Mount a container file or a model folder read-only at MOUNTPOINT",
+		Long: `Mount SOURCE read-only at the directory MOUNTPOINT. SOURCE is a container
+file (its format found by its bytes), a model folder, or a folder's
+model.safetensors.index.json.
 
 SOURCE is checked first: an unreadable, unknown or corrupt file is a one-line
 error and nothing is mounted. By default the command returns once the mount
