@@ -15,7 +15,7 @@ import (
 // version is the release this binary reports.
 const version = "0.1.0"
 
-// Exit codes, documented in the README.
+// Exit codes, documented in docs/cli.md.
 const (
 	exitOK       = 0
 	exitError    = 1 // bad input, failed mount, failed read, digest mismatch

@@ -83,7 +83,7 @@ func readExpected(t *testing.T) map[string][]expectedRow {
 }
 
 // manifestDType and layout are what docs/formats/mcf.md ("The mount" and the
-// README's MCF table) give an MCF dtype name.
+// docs/formats/mcf.md's table) give an MCF dtype name.
 func manifestDType(name string) (formats.DType, string) {
 	switch {
 	case name == "int8" || name == "int4":

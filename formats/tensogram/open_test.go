@@ -180,7 +180,7 @@ func TestGarbageAndTruncation(t *testing.T) {
 }
 
 // Structural damage the mount must refuse (docs/formats/tensogram.md and the
-// README's "Refused at mount" under Tensogram).
+// docs/formats/tensogram.md, "Refused at mount").
 func TestStructuralDamage(t *testing.T) {
 	base := fixture(t, "golden_v0.24.0/multi_object.tgm")
 	frameAt := func(b []byte, typ uint16) int {

@@ -381,7 +381,7 @@ func TestEveryFixtureListed(t *testing.T) {
 	}
 }
 
-// qProjValues are attributes_quantized.zt's q_proj by the README's
+// qProjValues are attributes_quantized.zt's q_proj by docs/formats/ztensor-v1.md's
 // convention: the fixture's packed_weight holds the int32 words 0..511 and
 // every scale is 1 and every zero 0, so element (r, c) is nibble c%8 of
 // word 8r + c/8.

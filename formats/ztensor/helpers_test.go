@@ -298,8 +298,8 @@ func densify(t testing.TB, file []byte, x *formats.Tensor) []float64 {
 	return nil
 }
 
-// dequantizeGroups is the README's quantized_group convention written out
-// per element: the reference the pipeline's stage is checked against.
+// dequantizeGroups is the quantized_group convention of
+// docs/formats/ztensor-v1.md written out per element: the reference the pipeline's stage is checked against.
 func dequantizeGroups(t testing.TB, x *formats.Tensor, l formats.GroupQuantized, comps map[string][]byte) []float64 {
 	t.Helper()
 	n, _ := formats.ElementCount(x.Shape)

@@ -10,7 +10,7 @@ import (
 )
 
 // buildQuantized reads a quantized_group object by ztfs's convention (the
-// README's "zTensor quantized_group" section): codes packed LSB-first in
+// docs/formats/ztensor-v1.md, "quantized_group"): codes packed LSB-first in
 // i32/u32 or u8 containers along the last dimension, one scale (and zero
 // point) per group of group_size elements of a row, w = (q − zero) × scale;
 // or, with attribute orientation "gptq", the layout of GPTQ checkpoints.

@@ -194,7 +194,7 @@ func (c *corpus) run(b base, variants []variant) {
 	}
 }
 
-// summary logs the tally; the README table comes from these lines.
+// summary logs the tally; the table in docs/reliability.md comes from these lines.
 func (c *corpus) summary(format string) {
 	c.t.Logf("corpus %s: %v", format, c.count)
 }
