@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// fusermount3's own messages (util/fusermount.c, libfuse 3) come through
+// fusermount3's own messages (as libfuse 3's fusermount3 prints them) come through
 // with the fix, rather than go-fuse's raw wait status.
 func TestExplainMountError(t *testing.T) {
 	goFuse := errors.New("fusermount exited with code 256\n")

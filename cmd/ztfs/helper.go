@@ -21,8 +21,6 @@ import (
 // line is parsed, and in every mount command line the -o keys that name a
 // flag of ztfs mount (cache_size=1GiB, verify, ...) become that flag.
 
-func init() { os.Args = helperArgs(os.Args) }
-
 // optionFlags maps the -o keys that stand for a flag of ztfs mount to the
 // flag; valued says whether the key takes a value (key=VALUE).
 var optionFlags = map[string]struct {

@@ -51,6 +51,10 @@ func withCode(code int, err error) error {
 }
 
 func main() {
+	// The mount helper's argument order is rewritten before anything reads
+	// the command line: cobra, and the background server's own command
+	// line, which startBackground builds from os.Args.
+	os.Args = helperArgs(os.Args)
 	root := newRootCommand()
 	err := root.Execute()
 	if err == nil {

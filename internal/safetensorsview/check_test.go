@@ -2,6 +2,7 @@ package safetensorsview_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -159,9 +160,9 @@ func parseHeaderErr(b []byte, size int64) (header, error) {
 	sorted := slices.Clone(h.Tensors)
 	slices.SortStableFunc(sorted, func(a, b stTensor) int {
 		if a.Begin != b.Begin {
-			return cmpU(a.Begin, b.Begin)
+			return cmp.Compare(a.Begin, b.Begin)
 		}
-		return cmpU(a.End, b.End)
+		return cmp.Compare(a.End, b.End)
 	})
 	var start uint64
 	for _, e := range sorted {
@@ -204,16 +205,6 @@ func parseHeaderErr(b []byte, size int64) (header, error) {
 		}
 	}
 	return h, nil
-}
-
-func cmpU(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func mul64(a, b uint64) (hi, lo uint64) {
