@@ -22,7 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ztfs/ztfs/cache"
-	ztfs "github.com/ztfs/ztfs/fs"
+	"github.com/ztfs/ztfs/internal/fusefs"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -177,10 +177,10 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	var server *fuse.Server
 	helperOutput, err := captureStderr(func() error {
 		var err error
-		server, err = ztfs.Mount(mountpoint, s.Tree,
-			ztfs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
+		server, err = fusefs.Mount(mountpoint, s.Tree,
+			fusefs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
 				Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
-			ztfs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
+			fusefs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 				ReadAhead: int64(f.readAhead), Logf: logf})
 		return err
 	})

@@ -1,4 +1,4 @@
-package fs
+package fusefs
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package fs
+package fusefs
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
@@ -71,14 +71,14 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		mountOpts.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}
 	root := newRoot(t, opts)
-	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
+	server, err := fs.Mount(mountpoint, root, &fs.Options{
 		MountOptions: mountOpts,
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		UID:          opts.UID,
 		GID:          opts.GID,
 		// The tree numbers its root 1, as FUSE does.
-		RootStableAttr: &gofs.StableAttr{Ino: t.Root.ID},
+		RootStableAttr: &fs.StableAttr{Ino: t.Root.ID},
 	})
 	if err != nil {
 		return nil, err
