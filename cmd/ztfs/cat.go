@@ -13,10 +13,11 @@ import (
 )
 
 func newCatCommand() *cobra.Command {
-	var cacheSize sizeFlag = defaultCacheSize
-	var verify, noVerify bool
+	cache := cacheFlags{size: defaultCacheSize}
+	var check verifyFlags
 	var npyDType npyDTypeFlag
-	var sf sourceFlags
+	var source sourceFlags
+	var shards shardFlags
 	cmd := &cobra.Command{
 		Use:   "cat [flags] SOURCE PATH",
 		Short: "Write one file of the tree to stdout, without FUSE",
@@ -25,20 +26,22 @@ as 'cat MOUNTPOINT/PATH' would, without FUSE. PATH is relative to the mount
 root, e.g. manifest.json or tensors/layer1.weight/tensor.npy.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, err := verifyMode(verify, noVerify)
+			mode, err := check.mode()
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			opts := session.Options{CacheSize: int64(cacheSize), Verify: mode, NPYFloat16: npyDType.half()}
-			sf.apply(&opts)
+			opts := session.Options{CacheSize: int64(cache.size), Verify: mode, NPYFloat16: npyDType.half()}
+			source.apply(&opts)
+			shards.apply(&opts)
 			return runCat(args[0], args[1], opts, os.Stdout)
 		},
 	}
-	cmd.Flags().Var(&cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G")
-	cmd.Flags().BoolVar(&verify, "verify", false, "check every digest before serving a component's first byte")
-	cmd.Flags().BoolVar(&noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes")
-	cmd.Flags().Var(&npyDType, "npy-dtype", npyDTypeUsage)
-	sf.add(cmd.Flags(), true)
+	fl := cmd.Flags()
+	cache.register(fl)
+	check.register(fl)
+	npyDType.register(fl)
+	source.register(fl)
+	shards.register(fl)
 	return cmd
 }
 

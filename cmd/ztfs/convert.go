@@ -22,12 +22,12 @@ type convertFlags struct {
 	encoding  string
 	frameSize sizeFlag
 	force     bool
-	cacheSize sizeFlag
+	cache     cacheFlags
 	source    sourceFlags
 }
 
 func newConvertCommand() *cobra.Command {
-	f := convertFlags{encoding: "raw", frameSize: ztensor.DefaultV2FrameSize, cacheSize: defaultCacheSize}
+	f := convertFlags{encoding: "raw", frameSize: ztensor.DefaultV2FrameSize, cache: cacheFlags{size: defaultCacheSize}}
 	cmd := &cobra.Command{
 		Use:   "convert [--encoding raw|zstd] [--frame-size SIZE] [--force] SOURCE DEST",
 		Short: "Rewrite SOURCE, of any format ztfs mounts, as a zTensor v2 file",
@@ -55,11 +55,12 @@ A progress bar shows on a terminal.`,
 			return runConvert(args[0], args[1], f, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
 		},
 	}
-	cmd.Flags().StringVar(&f.encoding, "encoding", f.encoding, "raw or zstd (zt.zstd-seekable/1)")
-	cmd.Flags().Var(&f.frameSize, "frame-size", "decoded bytes per zstd frame, e.g. 1MiB")
-	cmd.Flags().BoolVar(&f.force, "force", false, "replace DEST if it exists")
-	cmd.Flags().Var(&f.cacheSize, "cache-size", "memory for decoded blocks of SOURCE")
-	f.source.add(cmd.Flags(), false)
+	fl := cmd.Flags()
+	fl.StringVar(&f.encoding, "encoding", f.encoding, "raw or zstd (zt.zstd-seekable/1)")
+	fl.Var(&f.frameSize, "frame-size", "decoded bytes per zstd frame, e.g. 1MiB")
+	fl.BoolVar(&f.force, "force", false, "replace DEST if it exists")
+	f.cache.register(fl)
+	f.source.register(fl)
 	return cmd
 }
 
@@ -78,7 +79,7 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 	if err := checkDest(source, dest, f.force); err != nil {
 		return withCode(exitError, err)
 	}
-	so := session.Options{CacheSize: int64(f.cacheSize)}
+	so := session.Options{CacheSize: int64(f.cache.size)}
 	f.source.apply(&so)
 	s, err := session.Open(source, so)
 	if err != nil {

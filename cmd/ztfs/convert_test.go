@@ -138,7 +138,7 @@ func TestConvertProgressBar(t *testing.T) {
 	for _, tty := range []bool{false, true} {
 		var stdout, stderr bytes.Buffer
 		dest := filepath.Join(t.TempDir(), "out.zt")
-		f := convertFlags{encoding: "raw", frameSize: 1 << 20, cacheSize: 64 << 20}
+		f := convertFlags{encoding: "raw", frameSize: 1 << 20, cache: cacheFlags{size: 64 << 20}}
 		if err := runConvert(src, dest, f, &stdout, &stderr, tty); err != nil {
 			t.Fatal(err)
 		}

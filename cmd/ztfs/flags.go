@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	units "github.com/docker/go-units"
 	"github.com/spf13/pflag"
 
+	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
 
@@ -100,23 +102,72 @@ func knownKeys() string {
 	return strings.Join(keys, ", ")
 }
 
-// sourceFlags choose how SOURCE is opened, for every command that opens one.
+// The flags that several commands take are declared once, in the groups
+// below, so that a flag has one help text wherever it appears and the
+// commands cannot drift apart; each command holds the groups it takes and
+// registers them on its flag set. TestSharedFlags holds them to that.
+
+// cacheFlags is --cache-size. Its default is the size the group holds when
+// registered: verify needs less than the commands that serve reads.
+type cacheFlags struct {
+	size sizeFlag
+}
+
+func (f *cacheFlags) register(fl *pflag.FlagSet) {
+	fl.Var(&f.size, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units)")
+}
+
+// verifyFlags are --verify and --no-verify, for the commands that serve a
+// component's bytes (mount, cat). inspect's --verify is a flag of its own:
+// it reports every recorded digest rather than guarding reads.
+type verifyFlags struct {
+	all, none bool
+}
+
+func (f *verifyFlags) register(fl *pflag.FlagSet) {
+	fl.BoolVar(&f.all, "verify", false, "check every component's digest before serving its first byte; a mismatch fails its reads (EIO in a mount)")
+	fl.BoolVar(&f.none, "no-verify", false, "check no digest, not even Tensogram frame hashes (checked by default)")
+}
+
+// mode is the pipeline's verification mode the flags choose.
+func (f *verifyFlags) mode() (pipeline.VerifyMode, error) {
+	switch {
+	case f.all && f.none:
+		return 0, errors.New("--verify and --no-verify exclude each other")
+	case f.all:
+		return pipeline.VerifyAll, nil
+	case f.none:
+		return pipeline.VerifyNone, nil
+	}
+	return pipeline.VerifyDefault, nil
+}
+
+// sourceFlags is --follow-symlinks, for every command that opens a SOURCE.
 type sourceFlags struct {
 	followSymlinks bool
-	shardSize      sizeFlag
 }
 
-// add registers the flags; view adds those that shape the tree's root
-// safetensors files.
-func (f *sourceFlags) add(fl *pflag.FlagSet, view bool) {
+func (f *sourceFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
-	if view {
-		fl.Var(&f.shardSize, "safetensors-shard-size", "split the computed model.safetensors into shards of at most SIZE of tensor data, with model.safetensors.index.json, e.g. 4GiB (binary units: Hugging Face's 5GB is 5000000000)")
-	}
 }
 
-// apply sets the session options the flags choose.
+// apply sets the session options the flag chooses.
 func (f *sourceFlags) apply(o *session.Options) {
 	o.FollowSymlinks = f.followSymlinks
-	o.ShardSize = int64(f.shardSize)
+}
+
+// shardFlags is --safetensors-shard-size, for the commands that show the
+// tree's root safetensors files (mount, cat, inspect); verify and convert
+// never read them.
+type shardFlags struct {
+	size sizeFlag
+}
+
+func (f *shardFlags) register(fl *pflag.FlagSet) {
+	fl.Var(&f.size, "safetensors-shard-size", "split the computed model.safetensors into shards of at most SIZE of tensor data, with model.safetensors.index.json, e.g. 4GiB (binary units: Hugging Face's 5GB is 5000000000)")
+}
+
+// apply sets the session options the flag chooses.
+func (f *shardFlags) apply(o *session.Options) {
+	o.ShardSize = int64(f.size)
 }

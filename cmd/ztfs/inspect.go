@@ -21,7 +21,8 @@ import (
 func newInspectCommand() *cobra.Command {
 	var asJSON, verify bool
 	var npyDType npyDTypeFlag
-	var sf sourceFlags
+	var source sourceFlags
+	var shards shardFlags
 	cmd := &cobra.Command{
 		Use:   "inspect [--json] [--verify] [--npy-dtype T] SOURCE",
 		Short: "Print what a mount of SOURCE would show, without FUSE",
@@ -32,14 +33,18 @@ stored bytes) and exit with status 1 if one does not match.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := session.Options{CacheSize: 64 << 20, NPYFloat16: npyDType.half()}
-			sf.apply(&opts)
+			source.apply(&opts)
+			shards.apply(&opts)
 			return runInspect(args[0], asJSON, verify, opts, os.Stdout, os.Stderr)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print manifest.json")
-	cmd.Flags().BoolVar(&verify, "verify", false, "check every recorded digest")
-	cmd.Flags().Var(&npyDType, "npy-dtype", npyDTypeUsage+" (as the mount would show it)")
-	sf.add(cmd.Flags(), true)
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print manifest.json")
+	// Not verifyFlags: this checks and reports every recorded digest.
+	fl.BoolVar(&verify, "verify", false, "check every recorded digest")
+	npyDType.register(fl)
+	source.register(fl)
+	shards.register(fl)
 	return cmd
 }
 

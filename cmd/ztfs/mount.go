@@ -29,21 +29,21 @@ import (
 
 type mountFlags struct {
 	foreground    bool
-	cacheSize     sizeFlag
+	cache         cacheFlags
 	readAhead     sizeFlag
 	options       []string
 	debug         bool
-	verify        bool
-	noVerify      bool
+	check         verifyFlags
 	npyDType      npyDTypeFlag
 	logFile       string
 	readyFd       int // set by a parent ztfs waiting for its background server
 	source        sourceFlags
+	shards        shardFlags
 	noPassthrough bool
 }
 
 func newMountCommand() *cobra.Command {
-	f := mountFlags{cacheSize: defaultCacheSize, readAhead: defaultReadAhead, readyFd: -1}
+	f := mountFlags{cache: cacheFlags{size: defaultCacheSize}, readAhead: defaultReadAhead, readyFd: -1}
 	cmd := &cobra.Command{
 		Use:   "mount [flags] SOURCE MOUNTPOINT",
 		Short: "Mount a container file or a model folder read-only at MOUNTPOINT",
@@ -63,33 +63,19 @@ Ctrl-C or SIGTERM then unmounts.`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "stay in the foreground; log to stderr")
-	fl.Var(&f.cacheSize, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units)")
+	f.cache.register(fl)
 	fl.Var(&f.readAhead, "read-ahead", "kernel read-ahead of sequential readers, e.g. 4MiB; 0 keeps the kernel's 128KiB (setting it needs root)")
 	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other, ro and the generic mount(8) options; ztfs's own flags as keys (cache_size=SIZE, npy_dtype=T, read_ahead=SIZE, log_file=PATH, safetensors_shard_size=SIZE, verify, no_verify, follow_symlinks, no_passthrough); rw is refused")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
-	fl.BoolVar(&f.verify, "verify", false, "check every component's digest before serving its first byte; mismatches read as EIO")
-	fl.Var(&f.npyDType, "npy-dtype", npyDTypeUsage)
-	fl.BoolVar(&f.noVerify, "no-verify", false, "check no digest, not even Tensogram frame hashes (checked by default)")
+	f.check.register(fl)
+	f.npyDType.register(fl)
 	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else syslog)")
-	f.source.add(fl, true)
+	f.source.register(fl)
+	f.shards.register(fl)
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve whole source files (a checkpoint's safetensors shards) through the server rather than with FUSE passthrough")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
 	_ = fl.MarkHidden("ready-fd")
 	return cmd
-}
-
-// verifyMode turns the --verify and --no-verify flags into the pipeline's
-// verification mode.
-func verifyMode(verify, noVerify bool) (pipeline.VerifyMode, error) {
-	switch {
-	case verify && noVerify:
-		return 0, errors.New("--verify and --no-verify exclude each other")
-	case verify:
-		return pipeline.VerifyAll, nil
-	case noVerify:
-		return pipeline.VerifyNone, nil
-	}
-	return pipeline.VerifyDefault, nil
 }
 
 func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error {
@@ -97,7 +83,7 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	if _, err := verifyMode(f.verify, f.noVerify); err != nil {
+	if _, err := f.check.mode(); err != nil {
 		return withCode(exitUsage, err)
 	}
 	if f.debug {
@@ -141,10 +127,11 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), notify func(string)) error {
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
-	verify, _ := verifyMode(f.verify, f.noVerify)
-	so := session.Options{CacheSize: int64(f.cacheSize), Verify: verify, NPYFloat16: f.npyDType.half(),
+	verify, _ := f.check.mode()
+	so := session.Options{CacheSize: int64(f.cache.size), Verify: verify, NPYFloat16: f.npyDType.half(),
 		Logf: func(format string, args ...any) { logf(format, args...) }, Guard: true}
 	f.source.apply(&so)
+	f.shards.apply(&so)
 	s, err := session.Open(source, so)
 	if err != nil {
 		return err
@@ -167,7 +154,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		return err
 	}
 	logf = dedupLogf(logger) // before the mount serves: no reader sees the change
-	boundMemory(int64(f.cacheSize))
+	boundMemory(int64(f.cache.size))
 	widenProcs()
 	abs, _ := filepath.Abs(source)
 	var debugLog *log.Logger

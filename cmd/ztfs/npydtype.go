@@ -1,12 +1,14 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+)
 
 // npyDTypeFlag is --npy-dtype: the float type of the tensor.npy values ztfs
 // computes (widened small floats, dequantized tensors).
 type npyDTypeFlag string
-
-const npyDTypeUsage = "float type of computed tensor.npy values: float32, or float16 (half the size)"
 
 func (f *npyDTypeFlag) String() string {
 	if *f == "" {
@@ -31,3 +33,9 @@ func (f *npyDTypeFlag) Type() string { return "dtype" }
 
 // half reports whether float16 was asked for.
 func (f *npyDTypeFlag) half() bool { return *f == "float16" }
+
+// register declares --npy-dtype; inspect and verify take it too, to show
+// and read the tree as a mount with it serves it.
+func (f *npyDTypeFlag) register(fl *pflag.FlagSet) {
+	fl.Var(f, "npy-dtype", "float type of computed tensor.npy values: float32, or float16 (half the size)")
+}

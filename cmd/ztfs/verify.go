@@ -18,8 +18,8 @@ import (
 func newVerifyCommand() *cobra.Command {
 	var asJSON bool
 	var npyDType npyDTypeFlag
-	var sf sourceFlags
-	var cacheSize sizeFlag = verify.DefaultCacheSize
+	var source sourceFlags
+	cache := cacheFlags{size: verify.DefaultCacheSize}
 	cmd := &cobra.Command{
 		Use:   "verify [--json] [--npy-dtype T] [--cache-size SIZE] FILE",
 		Short: "Check that FILE is intact and fully readable",
@@ -39,14 +39,15 @@ On a terminal, stderr shows a progress bar of the bytes processed. With
 --json the report is printed as JSON on stdout.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts := verify.Options{CacheSize: int64(cacheSize), NPYFloat16: npyDType.half(), FollowSymlinks: sf.followSymlinks}
+			opts := verify.Options{CacheSize: int64(cache.size), NPYFloat16: npyDType.half(), FollowSymlinks: source.followSymlinks}
 			return runVerify(args[0], asJSON, opts, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
-	cmd.Flags().Var(&npyDType, "npy-dtype", npyDTypeUsage+" (tensor.npy is read as a mount with this option serves it)")
-	cmd.Flags().Var(&cacheSize, "cache-size", "memory for decoded blocks, e.g. 64MiB, 1G")
-	sf.add(cmd.Flags(), false)
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	npyDType.register(fl)
+	cache.register(fl)
+	source.register(fl)
 	return cmd
 }
 

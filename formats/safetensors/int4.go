@@ -9,7 +9,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// The ztfs convention for packed INT4 KV caches (spec, section 9). A file
+// The ztfs convention for packed INT4 KV caches (docs/formats/safetensors.md). A file
 // whose __metadata__ says int4_packing: u8_lo_first stores each logical
 // tensor <name> as <name>.q4 (U8, two signed 4-bit codes per byte, the
 // even element in the low nibble) and <name>.scales (F16, one scale per

@@ -1279,7 +1279,7 @@ func intBytes(w int, big bool, v ...int64) []byte {
 }
 
 // Upstream files (Apache-2.0, (C) ECMWF), from the fixtures described in
-// fixtures/tensogram/README.md: golden_v0.24.0/{simple_f32, multi_object,
+// testdata/tensogram/README.md: golden_v0.24.0/{simple_f32, multi_object,
 // mars_metadata, multi_message}.tgm, metadata_parity/metadata_parity.tgm,
 // remote_parity/single-msg-footer.tgm, and the last message (offset 5328,
 // 656 bytes) of remote_parity/streaming-tail.tgm.

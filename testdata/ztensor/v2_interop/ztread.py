@@ -383,7 +383,7 @@ class Model:
         self.manifest = cbor_decode(mbytes)
         self.validate()
 
-    # ---- metadata validation (section 3.6 and the profiles)
+    # ---- metadata validation (Draft 4's validation summary, section 3.6, and the profiles)
     def validate(self):
         m = self.manifest
         if type(m) is not dict or "objects" not in m:
