@@ -10,6 +10,9 @@
 //	ztgen tgm OUT SIZE CODEC    a Tensogram file, one float64 field of SIZE bytes, CODEC
 //	                            zstd, lz4, sp16 (simple_packing 16 bits) or sp16-szip
 //	ztgen tgmdecode FILE        decode the field of a tgm file in-process; print seconds
+//	ztgen tgmszip FILE OUT      write the szip stream of a tgm file's field to OUT; print
+//	                            the seconds ztfs's decoder takes on it, its decoded bytes
+//	                            and the options libaec's aec needs to decode it
 //	ztgen mcf OUT RxC METHOD    an MCF file with one [R, C] tensor "w" quantized with METHOD
 //	ztgen two OUT SIZE zstd|raw two f32 tensors "a" and "b" of SIZE bytes each
 //	ztgen randread FILE N SEED  N random aligned 4 KiB reads of FILE; print seconds
@@ -43,7 +46,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) < 2 {
-		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | zstd-frames OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE | mcf OUT RxC METHOD | two OUT SIZE zstd|raw | randread FILE N SEED | gguf OUT ELEMENTS | memcpy SIZE")
+		return errors.New("usage: ztgen sample OUT | raw OUT SIZE | zstd OUT SIZE | zstd-frames OUT SIZE | many OUT N | decode FILE TENSOR | tgm OUT SIZE CODEC | tgmdecode FILE | tgmszip FILE OUT | mcf OUT RxC METHOD | two OUT SIZE zstd|raw | randread FILE N SEED | gguf OUT ELEMENTS | memcpy SIZE")
 	}
 	switch cmd, out := args[0], args[1]; {
 	case cmd == "sample" && len(args) == 2:
@@ -70,6 +73,8 @@ func run(args []string) error {
 		return writeTensogram(out, size, args[3])
 	case cmd == "tgmdecode" && len(args) == 2:
 		return decodeTensogram(out)
+	case cmd == "tgmszip" && len(args) == 3:
+		return szipStream(out, args[2])
 	case cmd == "mcf" && len(args) == 4:
 		var rows, cols int
 		if _, err := fmt.Sscanf(args[2], "%dx%d", &rows, &cols); err != nil || rows <= 0 || cols <= 0 {

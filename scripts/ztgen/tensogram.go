@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -135,5 +137,69 @@ func decodeTensogram(path string) error {
 	}
 	_, _ = io.Discard.Write(buf)
 	fmt.Printf("%.3f %d\n", time.Since(start).Seconds(), len(buf))
+	return nil
+}
+
+// szipStream writes the szip stream of a tgm file's field to out, for
+// libaec's aec to decode as the benchmark's reference, and prints the
+// seconds ztfs's decoder takes on the same stream in-process, its decoded
+// bytes, and aec's options for it.
+func szipStream(path, out string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	c, err := tensogram.Open(f, st.Size())
+	if err != nil {
+		return err
+	}
+	if len(c.Tensors) != 1 {
+		return fmt.Errorf("%s: %d tensors, want 1", path, len(c.Tensors))
+	}
+	comp := c.Tensors[0].Component("data")
+	var step *formats.Decompress
+	for _, k := range comp.Codecs {
+		if d, ok := k.(formats.Decompress); ok && d.Method == "szip" {
+			step = &d
+		}
+	}
+	if step == nil {
+		return fmt.Errorf("%s: the field is not szip-compressed", path)
+	}
+	if _, ok := comp.Codecs[0].(formats.Decompress); !ok {
+		return fmt.Errorf("%s: szip is not the first step of the field", path)
+	}
+	buf := make([]byte, comp.Length)
+	if _, err := f.ReadAt(buf, int64(comp.Offset)); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, buf, 0o644); err != nil {
+		return err
+	}
+	p := szip.Params{BitsPerSample: step.Szip.BitsPerSample, BlockSize: step.Szip.BlockSize, RSI: step.Szip.RSI, Flags: step.Szip.Flags}
+	start := time.Now()
+	decoded, err := szip.Decode(buf, p, int64(step.Size))
+	if err != nil {
+		return err
+	}
+	seconds := time.Since(start).Seconds()
+	args := []string{"-d", "-n", strconv.Itoa(p.BitsPerSample), "-j", strconv.Itoa(p.BlockSize), "-r", strconv.Itoa(p.RSI)}
+	if p.Flags&szip.FlagPreprocess == 0 {
+		args = append(args, "-N")
+	}
+	for _, fl := range []struct {
+		flag int
+		opt  string
+	}{{szip.Flag3Byte, "-3"}, {szip.FlagMSB, "-m"}, {szip.FlagSigned, "-s"}, {szip.FlagPadRSI, "-p"}, {szip.FlagRestricted, "-t"}} {
+		if p.Flags&fl.flag != 0 {
+			args = append(args, fl.opt)
+		}
+	}
+	fmt.Printf("%.3f %d %s\n", seconds, len(decoded), strings.Join(args, " "))
 	return nil
 }
