@@ -124,14 +124,15 @@ func (rs *resolver) stated(c *formats.Component) error {
 		return fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source", c.Offset, c.Length, size)
 	}
 	switch {
-	case len(c.Codecs) > 0:
-		// Left to measure, which says why it cannot.
-	case c.Encoding == formats.Zstd:
+	case loneZstd(c):
 		if n, ok := headerSize(rs.stored(c), int64(c.Length)); ok {
 			c.Size, c.MaxSize = n, 0
 		}
-	case c.Encoding == formats.Raw || !c.Encoding.Known():
-		// Inside the source, so the length fits.
+	case len(c.Codecs) > 0:
+		// Left to measure, which says why it cannot.
+	default:
+		// Raw, or stored bytes served as they are. Inside the source, so
+		// the length fits.
 		c.Size, c.MaxSize = int64(c.Length), 0
 	}
 	return nil
@@ -270,7 +271,7 @@ func (rs *resolver) stored(c *formats.Component) *io.SectionReader {
 
 // open returns the decoded stream of c, a zstd component, from its start.
 func (rs *resolver) open(c *formats.Component) (io.Reader, error) {
-	if c.Encoding != formats.Zstd || len(c.Codecs) > 0 {
+	if !loneZstd(c) {
 		return nil, fmt.Errorf("the file does not record its decoded size, and ztfs learns it only for zstd streams (encoding %q)", c.Encoding)
 	}
 	if rs.dec == nil {
