@@ -102,19 +102,22 @@ func (t *Tensor) DirPath() []string {
 // Encoding names how a component's bytes are stored.
 type Encoding string
 
-// Encodings the pipeline decodes. Any other value is reported as is and the
-// component's file holds its stored bytes unchanged.
+// Encodings readers know. Encoding only names a component's stored form in
+// the manifest: how the pipeline decodes it is Codecs alone (a zstd
+// component has a Decompress step), so zstd is decoded by one path
+// whichever format it comes from. Any other value is reported as is and,
+// without codecs, the component's file holds its stored bytes unchanged.
 const (
 	Raw  Encoding = "raw"
 	Zstd Encoding = "zstd"
 )
 
-// Known reports whether the pipeline can decode e.
+// Known reports whether e is an encoding readers turn into decoding steps.
 func (e Encoding) Known() bool { return e == Raw || e == Zstd }
 
-// Decodable reports whether the pipeline can decode c: its encoding is
-// known or its codecs say how.
-func (c *Component) Decodable() bool { return c.Encoding.Known() || len(c.Codecs) > 0 }
+// Decodable reports whether the pipeline can decode c: its bytes are raw,
+// or its codecs say how.
+func (c *Component) Decodable() bool { return c.Encoding == Raw || len(c.Codecs) > 0 }
 
 // Component is one stored part of a tensor: a region of the source file and
 // the steps that turn it into decoded, little-endian elements.
@@ -150,9 +153,10 @@ type Component struct {
 	MaxSize uint64
 
 	// Codecs, when set, decode the stored bytes step by step in this order,
-	// and Encoding only names them in the manifest. Formats whose stored
-	// bytes pass through more than one transform use them (Tensogram:
-	// decompress, unshuffle, unpack).
+	// and Encoding only names them in the manifest: a zstd stream is one
+	// Decompress step, several transforms are several steps (Tensogram:
+	// decompress, unshuffle, unpack). Without codecs the stored bytes are
+	// the decoded ones.
 	Codecs []Codec
 	// Masks, when set, overwrite masked elements with NaN or ±Inf after
 	// decoding and after the byte swap.
@@ -190,13 +194,20 @@ func (c *Component) DigestCovers() Region {
 type Codec interface{ codec() }
 
 // Decompress inflates a compressed stream to exactly Size bytes. Method is
-// "zstd" (one or more frames), "lz4" (a 4-byte little-endian size and one
-// raw LZ4 block) or "szip" (a CCSDS-121 stream as libaec writes it, with
-// Szip giving its parameters).
+// "zstd" (one or more frames), "zstd-seekable" (zstd frames and the seek
+// table zt.zstd-seekable/1 requires), "lz4" (a 4-byte little-endian size
+// and one raw LZ4 block) or "szip" (a CCSDS-121 stream as libaec writes it,
+// with Szip giving its parameters).
 type Decompress struct {
 	Method string
 	Size   uint64
-	Szip   *SzipParams
+	// Unsized marks a stream whose file does not record its decoded size
+	// (a zTensor v0.1 or v1 zstd stream without uncompressed_length). The
+	// step must then be the component's only one, and Size is ignored: the
+	// stream decodes to the component's Size, which a layout derives or
+	// the session learns from the stream (capped by MaxSize until then).
+	Unsized bool
+	Szip    *SzipParams
 }
 
 // SzipParams are the parameters of a CCSDS-121 (libaec) stream.

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 
-	"github.com/x448/float16"
-
 	"github.com/ztfs/ztfs/formats"
 )
 
@@ -77,7 +75,7 @@ func ScaleReader(d formats.DType) (read func([]byte) float32, width int, ok bool
 	case formats.F32:
 		return func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }, 4, true
 	case formats.F16:
-		return func(b []byte) float32 { return float16.Frombits(binary.LittleEndian.Uint16(b)).Float32() }, 2, true
+		return func(b []byte) float32 { return F16ToF32(binary.LittleEndian.Uint16(b)) }, 2, true
 	case formats.BF16:
 		return func(b []byte) float32 { return math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16) }, 2, true
 	case formats.F8E8M0:

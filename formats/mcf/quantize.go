@@ -6,8 +6,6 @@ import (
 	"math"
 	"strings"
 
-	"github.com/x448/float16"
-
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -113,7 +111,7 @@ func floats(t Tensor) ([]float32, bool, error) {
 		case DTypeBF16:
 			values[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
 		case DTypeF16:
-			values[i] = float16.Frombits(binary.LittleEndian.Uint16(t.Data[2*i:])).Float32()
+			values[i] = quant.F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
 	}
 	return values, true, nil

@@ -276,11 +276,6 @@ func (o *object) plan() (*decoding, error) {
 	} else {
 		dec.bigEndian = d.bigEndian && d.dt.swap > 1
 	}
-	if len(dec.codecs) == 1 && dec.encoding == formats.Zstd {
-		// A lone zstd stream is what the pipeline's zstd stage reads.
-		dec.codecs = nil
-	}
-
 	if len(d.masks) > 0 {
 		info, _ := d.dt.dtype.Info()
 		if unpack == nil && info.Kind != formats.KindFloat && info.Kind != formats.KindComplex {

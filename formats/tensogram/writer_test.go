@@ -747,11 +747,7 @@ func checkValues(t *testing.T, name string, got []byte, values []float64, bitsPe
 func decodeComponent(t *testing.T, file []byte, c *formats.Component) []byte {
 	t.Helper()
 	b := file[c.Offset : c.Offset+c.Length]
-	codecs := c.Codecs
-	if len(codecs) == 0 && c.Encoding == formats.Zstd {
-		codecs = []formats.Codec{formats.Decompress{Method: "zstd", Size: uint64(c.Size)}}
-	}
-	for _, codec := range codecs {
+	for _, codec := range c.Codecs {
 		var err error
 		switch x := codec.(type) {
 		case formats.Decompress:

@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/x448/float16"
+
+	"github.com/ztfs/ztfs/quant"
 )
 
 // adder adds the element src into the element dst, both in a tensor.npy
@@ -26,7 +28,7 @@ func adderFor(npyDescr string) (adder, error) {
 		return addF32, nil
 	case "<f2":
 		return func(d, s []byte) {
-			sum := float16.Frombits(le.Uint16(d)).Float32() + float16.Frombits(le.Uint16(s)).Float32()
+			sum := quant.F16ToF32(le.Uint16(d)) + quant.F16ToF32(le.Uint16(s))
 			le.PutUint16(d, float16.Fromfloat32(sum).Bits())
 		}, nil
 	case "<c8":

@@ -7,14 +7,15 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // zstdBomb is a zstd frame of n RLE blocks of 128 KiB each: 4 stored bytes
 // per 128 KiB decoded, with no content size to warn of it.
 func zstdBomb(n int) []byte {
-	b := []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, windowDescriptor(128 << 10)}
+	b := []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, zstdframe.WindowDescriptor(128 << 10)}
 	for i := 0; i < n; i++ {
-		v := uint32(zstdMaxBlockSize)<<3 | 1<<1
+		v := uint32(zstdframe.MaxBlockSize)<<3 | 1<<1
 		if i == n-1 {
 			v |= 1
 		}

@@ -28,10 +28,19 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 			if i != 0 {
 				return nil, fmt.Errorf("%s decompression must come first, not at step %d", k.Method, i+1)
 			}
-			if k.Size > math.MaxInt64 {
+			declared, max := int64(k.Size), k.Size
+			if k.Unsized {
+				if len(c.Codecs) != 1 || k.Method != "zstd" {
+					return nil, fmt.Errorf("%s decompression of unrecorded size must be a zstd stream and the only step", k.Method)
+				}
+				declared, max = c.Size, c.MaxSize
+				if c.Size >= 0 {
+					max = uint64(c.Size)
+				}
+			} else if k.Size > math.MaxInt64 {
 				return nil, fmt.Errorf("%s: decoded size %d is too large", k.Method, k.Size)
 			}
-			r, err := p.decompress(cur, curSize, k)
+			r, err := p.decompress(cur, curSize, k, declared, max)
 			if err != nil {
 				return nil, err
 			}
@@ -40,7 +49,7 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 					p.seekables[c] = z // for CheckSeekTables
 				}
 			}
-			cur, curSize = r, int64(k.Size)
+			cur, curSize = r, declared
 		case formats.Unshuffle:
 			if k.ElementSize <= 0 || curSize%int64(k.ElementSize) != 0 {
 				return nil, fmt.Errorf("shuffle: %d bytes are not whole %d-byte elements", curSize, k.ElementSize)
@@ -72,12 +81,12 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 	return cur, nil
 }
 
-// decompress returns the stage that inflates in with method k.
-func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress) (Reader, error) {
-	size := int64(k.Size)
+// decompress returns the stage that inflates in with method k to size
+// bytes (-1, for an unsized zstd stream: unknown, at most max).
+func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, size int64, max uint64) (Reader, error) {
 	switch k.Method {
 	case "zstd", "zstd-seekable":
-		z := newZstdStream(in, inSize, size, k.Size, p.opts.BlockSize, p.pool)
+		z := newZstdStream(in, inSize, size, max, p.opts.BlockSize, p.pool)
 		z.seekable = k.Method == "zstd-seekable"
 		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
 		return z.out, nil
@@ -276,7 +285,7 @@ func (p *Pipeline) bitmaskStage(in Reader, inSize int64, k formats.BitmaskDecode
 		if k.Prefixed {
 			break
 		}
-		return p.decompress(in, inSize, formats.Decompress{Method: k.Method, Size: packed})
+		return p.decompress(in, inSize, formats.Decompress{Method: k.Method, Size: packed}, int64(packed), packed)
 	}
 	return nil, fmt.Errorf("bitmask coding %q is not supported", k.Method)
 }

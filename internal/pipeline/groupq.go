@@ -7,9 +7,8 @@ import (
 	"math/bits"
 	"sync"
 
-	"github.com/x448/float16"
-
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant"
 )
 
 // maxGroupTables bounds the scales, zero points and group indices a GPTQ
@@ -26,13 +25,13 @@ type groupDequantized struct {
 	out        *cached
 
 	codes, scales, zeros, gidx Reader
-	cb                         uint64       // bytes per container
-	cpr                        uint64       // code containers per row (row layout)
-	gpr                        uint64       // groups per row (row layout)
-	groups                     uint64       // GPTQ: groups
-	sw, zw                     uint64       // bytes per scale, per unpacked zero
-	zeroInt                    bool         // zero points are integers, not floats
-	values                     [256]float32 // codes of up to 8 bits: the number each stands for
+	cb                         uint64 // bytes per container
+	cpr                        uint64 // code containers per row (row layout)
+	gpr                        uint64 // groups per row (row layout)
+	groups                     uint64 // GPTQ: groups
+	sw, zw                     uint64 // bytes per scale, per unpacked zero
+	zeroInt                    bool   // zero points are integers, not floats
+	kernel                     *quant.GroupCodes
 
 	tables     sync.Once // GPTQ: scales, zeros and g_idx, read whole
 	scaleTable []float32
@@ -41,34 +40,24 @@ type groupDequantized struct {
 	tablesErr  error
 }
 
-// floatReader returns how to read one float of dtype d.
+// floatReader returns how to read one scale or float zero point of dtype
+// d: the float types the layout allows.
 func floatReader(d formats.DType) (func([]byte) float32, uint64, bool) {
 	switch d {
-	case formats.F32:
-		return func(b []byte) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b)) }, 4, true
-	case formats.F16:
-		return func(b []byte) float32 { return float16.Frombits(binary.LittleEndian.Uint16(b)).Float32() }, 2, true
-	case formats.BF16:
-		return func(b []byte) float32 { return math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16) }, 2, true
+	case formats.F32, formats.F16, formats.BF16:
+		read, w, ok := quant.ScaleReader(d)
+		return read, uint64(w), ok
 	}
 	return nil, 0, false
 }
 
-// intReader returns how to read one integer of dtype d as a float32.
+// intReader returns how to read one integer zero point of dtype d as a
+// float32: the integer types the layout allows.
 func intReader(d formats.DType) (func([]byte) float32, uint64, bool) {
 	switch d {
-	case formats.U8:
-		return func(b []byte) float32 { return float32(b[0]) }, 1, true
-	case formats.I8:
-		return func(b []byte) float32 { return float32(int8(b[0])) }, 1, true
-	case formats.U16:
-		return func(b []byte) float32 { return float32(binary.LittleEndian.Uint16(b)) }, 2, true
-	case formats.I16:
-		return func(b []byte) float32 { return float32(int16(binary.LittleEndian.Uint16(b))) }, 2, true
-	case formats.U32:
-		return func(b []byte) float32 { return float32(binary.LittleEndian.Uint32(b)) }, 4, true
-	case formats.I32:
-		return func(b []byte) float32 { return float32(int32(binary.LittleEndian.Uint32(b))) }, 4, true
+	case formats.U8, formats.I8, formats.U16, formats.I16, formats.U32, formats.I32:
+		read, w, ok := quant.ValueReader(d)
+		return read, uint64(w), ok
 	}
 	return nil, 0, false
 }
@@ -94,10 +83,8 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 	if n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("%d elements are too many", n)
 	}
-	g := &groupDequantized{l: l, total: int64(n) * 4, blockSize: blockSize, cb: uint64(l.ContainerBits / 8)}
-	for v := range min(1<<l.Bits, len(g.values)) {
-		g.values[v] = g.value(uint32(v))
-	}
+	g := &groupDequantized{l: l, total: int64(n) * 4, blockSize: blockSize, cb: uint64(l.ContainerBits / 8),
+		kernel: quant.NewGroupCodes(l.Bits, l.Signed, l.ContainerBits/8, l.PerContainer)}
 	if n == 0 {
 		return g, nil
 	}
@@ -231,18 +218,6 @@ func (g *groupDequantized) block(k int64) ([]byte, error) {
 	return out, nil
 }
 
-// code extracts code slot of the little-endian container at b.
-func (g *groupDequantized) code(b []byte, slot uint64) float32 {
-	var word uint32
-	if g.cb == 1 {
-		word = uint32(b[0])
-	} else {
-		word = binary.LittleEndian.Uint32(b)
-	}
-	bitsPer := uint(g.l.Bits)
-	return g.value(word >> (uint(slot) * bitsPer) & (1<<bitsPer - 1))
-}
-
 // fillRows writes elements [e0, e1) of a row-layout tensor.
 func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 	per, gs := uint64(g.l.PerContainer), g.l.GroupSize
@@ -266,7 +241,6 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 			return fmt.Errorf("zero points: %w", err)
 		}
 	}
-	shift, mask := uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
 	var table [256]uint32
 	// One run per group: its scale and zero point are fixed, its codes
 	// consecutive slots of consecutive containers.
@@ -280,94 +254,10 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 			zero = zeros[gi] + g.l.ZeroOffset
 		}
 		ci, slot := r*g.cpr+c/per-firstC, uint(c%per)
-		dst := out[4*(e-e0) : 4*(end-e0)]
+		g.kernel.Run(out[4*(e-e0):4*(end-e0)], codes, ci, slot, zero, scale, &table)
 		e = end
-		if g.l.Bits <= 8 && uint64(len(dst)/4) >= 1<<g.l.Bits {
-			// A run at least as long as the codes' range: each value's
-			// result computed once, the same (q−zero)×scale, then looked up.
-			for v := range 1 << g.l.Bits {
-				table[v] = math.Float32bits((g.values[v] - zero) * scale)
-			}
-			g.lookupRun(dst, codes, ci, slot, &table)
-			continue
-		}
-		word := g.container(codes, ci)
-		for k := 0; k < len(dst); k += 4 {
-			v := word >> (slot * shift) & mask
-			binary.LittleEndian.PutUint32(dst[k:], math.Float32bits((g.value(v)-zero)*scale))
-			if slot++; slot == uint(per) && k+4 < len(dst) {
-				slot, ci = 0, ci+1
-				word = g.container(codes, ci)
-			}
-		}
 	}
 	return nil
-}
-
-// lookupRun writes the codes of a run through table: len(dst)/4 codes from
-// slot of container ci on. Whole containers of the common layouts (4-bit
-// codes eight to a 32-bit word or two to a byte, 8-bit codes one to a byte)
-// are unpacked without a loop over slots.
-func (g *groupDequantized) lookupRun(dst, codes []byte, ci uint64, slot uint, table *[256]uint32) {
-	per, shift, mask := uint(g.l.PerContainer), uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
-	k := 0
-	if slot != 0 { // the rest of a container the run starts inside
-		word := g.container(codes, ci) >> (slot * shift)
-		for ; slot < per && k < len(dst); slot, k = slot+1, k+4 {
-			binary.LittleEndian.PutUint32(dst[k:], table[uint8(word&mask)])
-			word >>= shift
-		}
-		ci++
-	}
-	pair := func(lo, hi uint8) uint64 { return uint64(table[lo]) | uint64(table[hi])<<32 }
-	switch {
-	case g.cb == 4 && per == 8 && shift == 4:
-		for ; len(dst)-k >= 32; k += 32 {
-			w := binary.LittleEndian.Uint32(codes[4*ci:])
-			d := (*[32]byte)(dst[k:])
-			binary.LittleEndian.PutUint64(d[0:], pair(uint8(w&15), uint8(w>>4&15)))
-			binary.LittleEndian.PutUint64(d[8:], pair(uint8(w>>8&15), uint8(w>>12&15)))
-			binary.LittleEndian.PutUint64(d[16:], pair(uint8(w>>16&15), uint8(w>>20&15)))
-			binary.LittleEndian.PutUint64(d[24:], pair(uint8(w>>24&15), uint8(w>>28)))
-			ci++
-		}
-	case g.cb == 1 && per == 2 && shift == 4:
-		for ; len(dst)-k >= 8; k += 8 {
-			b := codes[ci]
-			binary.LittleEndian.PutUint64(dst[k:], pair(b&15, b>>4))
-			ci++
-		}
-	case g.cb == 1 && per == 1 && shift == 8:
-		for ; len(dst)-k >= 4; k += 4 {
-			binary.LittleEndian.PutUint32(dst[k:], table[codes[ci]])
-			ci++
-		}
-	}
-	for k < len(dst) { // other layouts, and a last partial container
-		word := g.container(codes, ci)
-		for s := uint(0); s < per && k < len(dst); s, k = s+1, k+4 {
-			binary.LittleEndian.PutUint32(dst[k:], table[uint8(word&mask)])
-			word >>= shift
-		}
-		ci++
-	}
-}
-
-// value is the number code v stands for: v itself, or its two's-complement
-// reading for signed codes.
-func (g *groupDequantized) value(v uint32) float32 {
-	if g.l.Signed && v&(1<<(g.l.Bits-1)) != 0 {
-		return float32(int32(v) - 1<<g.l.Bits)
-	}
-	return float32(v)
-}
-
-// container returns container i of b.
-func (g *groupDequantized) container(b []byte, i uint64) uint32 {
-	if g.cb == 1 {
-		return uint32(b[i])
-	}
-	return binary.LittleEndian.Uint32(b[4*i:])
 }
 
 // readFloats reads count scales or zero points of width w from index first.
@@ -407,7 +297,7 @@ func (g *groupDequantized) loadTables() error {
 				g.zeroTable = make([]float32, n)
 				for gi := uint64(0); gi < g.groups; gi++ {
 					for c := uint64(0); c < g.cols; c++ {
-						g.zeroTable[gi*g.cols+c] = g.code(raw[(gi*zpr+c/per)*g.cb:], c%per)
+						g.zeroTable[gi*g.cols+c] = g.kernel.Code(raw[(gi*zpr+c/per)*g.cb:], c%per)
 					}
 				}
 			} else if g.zeroTable, g.tablesErr = g.readFloats(g.zeros, 0, n, g.zw, g.zeroInt, g.l.ZeroDType); g.tablesErr != nil {
@@ -456,42 +346,20 @@ func (g *groupDequantized) fillGPTQ(out []byte, e0, e1 uint64) error {
 	if err := readFull(g.codes, codes, int64(firstRow*g.cols*g.cb)); err != nil {
 		return fmt.Errorf("codes: %w", err)
 	}
-	shift, mask := uint(g.l.Bits), uint32(1)<<uint(g.l.Bits)-1
 	// Row by row: a row's codes are one slot of a row of containers, its
-	// scales and zero points one row of the tables.
+	// scales and zero points one row of the tables (zero points already
+	// hold the offset: loadTables).
 	for e := e0; e < e1; {
 		i := e / g.cols
 		c0 := e - i*g.cols
 		c1 := min(g.cols, c0+(e1-e))
-		slot := uint(i%per) * shift
 		row := (i/per - firstRow) * g.cols
 		at := uint64(g.groupOf[i]) * g.cols
-		scales := g.scaleTable[at+c0 : at+c1]
-		dst := out[4*(e-e0) : 4*(e-e0+c1-c0)]
-		row32 := codes[(row+c0)*g.cb : (row+c1)*g.cb]
-		switch {
-		case g.zeroTable == nil:
-			for k, s := range scales {
-				v := g.container(row32, uint64(k)) >> slot & mask
-				binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits(g.value(v)*s))
-			}
-		case g.cb == 4 && g.l.Bits <= 8:
-			// Zero points already hold the offset (loadTables).
-			zeros := g.zeroTable[at+c0 : at+c1]
-			zeros = zeros[:len(scales)]
-			row32 = row32[:4*len(scales)]
-			dst = dst[:4*len(scales)]
-			for k, s := range scales {
-				v := binary.LittleEndian.Uint32(row32[4*k:]) >> slot & mask
-				binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits((g.values[uint8(v)]-zeros[k])*s))
-			}
-		default:
-			zeros := g.zeroTable[at+c0 : at+c1]
-			for k, s := range scales {
-				v := g.container(row32, uint64(k)) >> slot & mask
-				binary.LittleEndian.PutUint32(dst[4*k:], math.Float32bits((g.value(v)-zeros[k])*s))
-			}
+		var zeros []float32
+		if g.zeroTable != nil {
+			zeros = g.zeroTable[at+c0 : at+c1]
 		}
+		g.kernel.Column(out[4*(e-e0):4*(e-e0+c1-c0)], codes[(row+c0)*g.cb:(row+c1)*g.cb], uint(i%per), g.scaleTable[at+c0:at+c1], zeros)
 		e += c1 - c0
 	}
 	return nil

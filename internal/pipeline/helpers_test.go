@@ -198,7 +198,13 @@ func rawComponent(role string, dt formats.DType, off uint64, stored []byte) *for
 		Encoding: formats.Raw, Size: int64(len(stored))}
 }
 
+// zstdComponent is a zstd stream of size decoded bytes, -1 when its file
+// does not record them, as the zTensor reader describes one.
 func zstdComponent(role string, dt formats.DType, off uint64, stored []byte, size int64) *formats.Component {
+	d := formats.Decompress{Method: "zstd", Size: uint64(size), Unsized: size < 0}
+	if d.Unsized {
+		d.Size = 0
+	}
 	return &formats.Component{Role: role, DType: dt, Offset: off, Length: uint64(len(stored)),
-		Encoding: formats.Zstd, Size: size, MaxSize: 1 << 30}
+		Encoding: formats.Zstd, Size: size, MaxSize: 1 << 30, Codecs: []formats.Codec{d}}
 }

@@ -253,31 +253,24 @@ func (p *Pipeline) fileVerdictLocked(k int) *verdict {
 func (p *Pipeline) decodeComponent(t *formats.Tensor, c *formats.Component, stored Reader) Reader {
 	var decoded Reader
 	switch {
+	case !c.Decodable():
+		return stored // the stored bytes, as the manifest says
 	case len(c.Codecs) > 0:
 		r, err := p.buildCodecs(stored, c)
 		if err != nil {
 			return failing{err}
 		}
 		decoded = r
-		if c.Size >= 0 {
-			// No stage may make the file differ from its declared size.
+		if c.Size >= 0 && !loneZstd(c) {
+			// No stage may make the file differ from its declared size;
+			// a lone zstd stage holds the stream to it itself.
 			decoded = exactSize{r, c.Size}
 		}
-	case c.Encoding == formats.Raw:
+	default: // raw
 		if c.Size >= 0 && uint64(c.Size) != c.Length {
 			return failing{fmt.Errorf("raw component of %d stored bytes declares %d decoded bytes", c.Length, c.Size)}
 		}
 		decoded = stored
-	case c.Encoding == formats.Zstd:
-		max := c.MaxSize
-		if c.Size >= 0 {
-			max = uint64(c.Size)
-		}
-		z := newZstdStream(stored, int64(c.Length), c.Size, max, p.opts.BlockSize, p.pool)
-		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
-		decoded = z.out
-	default:
-		return stored // the stored bytes, as the manifest says
 	}
 	if info, ok := c.DType.Info(); ok && c.BigEndian && info.SwapUnit > 1 {
 		decoded = newElementwise(decoded, info.SwapUnit*8, info.SwapUnit, -1, swapper(info.SwapUnit))
@@ -315,6 +308,17 @@ func (p *Pipeline) CheckSeekTables(c *formats.Container) error {
 		}
 	}
 	return nil
+}
+
+// loneZstd reports whether c's only decoding step is a plain zstd stream,
+// whose size the frame headers may tell and whose decode ResolveSizes can
+// measure.
+func loneZstd(c *formats.Component) bool {
+	if len(c.Codecs) != 1 {
+		return false
+	}
+	d, ok := c.Codecs[0].(formats.Decompress)
+	return ok && d.Method == "zstd"
 }
 
 func seekable(c *formats.Component) bool {

@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // MountDecodeLimit bounds the bytes ResolveSizes decodes when a file is
@@ -124,14 +125,15 @@ func (rs *resolver) stated(c *formats.Component) error {
 		return fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source", c.Offset, c.Length, size)
 	}
 	switch {
-	case len(c.Codecs) > 0:
-		// Left to measure, which says why it cannot.
-	case c.Encoding == formats.Zstd:
-		if n, ok := headerSize(rs.stored(c), int64(c.Length)); ok {
+	case loneZstd(c):
+		if n, ok := zstdframe.ContentSize(rs.stored(c), int64(c.Length)); ok {
 			c.Size, c.MaxSize = n, 0
 		}
-	case c.Encoding == formats.Raw || !c.Encoding.Known():
-		// Inside the source, so the length fits.
+	case len(c.Codecs) > 0:
+		// Left to measure, which says why it cannot.
+	default:
+		// Raw, or stored bytes served as they are. Inside the source, so
+		// the length fits.
 		c.Size, c.MaxSize = int64(c.Length), 0
 	}
 	return nil
@@ -270,7 +272,7 @@ func (rs *resolver) stored(c *formats.Component) *io.SectionReader {
 
 // open returns the decoded stream of c, a zstd component, from its start.
 func (rs *resolver) open(c *formats.Component) (io.Reader, error) {
-	if c.Encoding != formats.Zstd || len(c.Codecs) > 0 {
+	if !loneZstd(c) {
 		return nil, fmt.Errorf("the file does not record its decoded size, and ztfs learns it only for zstd streams (encoding %q)", c.Encoding)
 	}
 	if rs.dec == nil {
@@ -288,7 +290,7 @@ func (rs *resolver) open(c *formats.Component) (io.Reader, error) {
 	}
 	// As the pipeline's decoders: no frame gets a window larger than it
 	// can use.
-	if err := rs.dec.Reset(newWindowLimiter(rs.in, stored, int64(c.Length), limit)); err != nil {
+	if err := rs.dec.Reset(zstdframe.NewWindowLimiter(rs.in, stored, int64(c.Length), limit)); err != nil {
 		return nil, fmt.Errorf("zstd: %w", err)
 	}
 	return rs.dec, nil
@@ -327,43 +329,4 @@ func (rs *resolver) read(r io.Reader, b []byte) (int, error) {
 		return n, fmt.Errorf("zstd: %w", err)
 	}
 	return n, nil
-}
-
-// headerSize returns the decoded size of the zstd stream r of size bytes
-// that its frame headers record: the sum of the Frame_Content_Size of every
-// frame, found by walking the frame and block headers (zstdframes.go)
-// without decoding. ok is false when a frame does not record its size or
-// the stream is not well formed; decoding then tells. A header that lies
-// makes the component's reads fail, as the decoder holds every frame and
-// the stream to their sizes.
-func headerSize(r io.ReaderAt, size int64) (total int64, ok bool) {
-	p := &peeker{r: r, size: size}
-	blocks := 0
-	for off := int64(0); off < size; {
-		h, err := p.at(off, int(min(maxFrameHeaderLen, size-off)))
-		if err != nil {
-			return 0, false
-		}
-		fh, err := parseFrameHeader(h)
-		if err != nil {
-			return 0, false
-		}
-		if fh.skippable {
-			if fh.skipLen > size-off-8 {
-				return 0, false
-			}
-			off += 8 + fh.skipLen
-			continue
-		}
-		if !fh.hasSize || fh.dictID != 0 {
-			return 0, false
-		}
-		end, most, err := walkBlocks(p, off, off+int64(fh.headerLen), size, fh.checksum, &blocks)
-		if err != nil || fh.contentSize > uint64(most) || fh.contentSize > uint64(math.MaxInt64-total) {
-			return 0, false
-		}
-		total += int64(fh.contentSize)
-		off = end
-	}
-	return total, true
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // zstdUnsized compresses data as the zTensor reference writer does: one
@@ -32,7 +33,7 @@ func zstdUnsized(t testing.TB, data []byte) []byte {
 		t.Fatal(err)
 	}
 	b := out.Bytes()
-	if fh, err := parseFrameHeader(b[:min(len(b), maxFrameHeaderLen)]); err != nil || fh.hasSize {
+	if fh, err := zstdframe.ParseHeader(b[:min(len(b), zstdframe.MaxHeaderLen)]); err != nil || fh.HasSize {
 		t.Fatalf("frame header %x records a size (%v)", b[:6], err)
 	}
 	return b
@@ -50,42 +51,11 @@ func zstdSized(t testing.TB, data []byte, frame int) []byte {
 	var out []byte
 	for off := 0; off < len(data); off += frame {
 		out = enc.EncodeAll(data[off:min(off+frame, len(data))], out)
-		out = binary.LittleEndian.AppendUint32(out, skippableMagic|3)
+		out = binary.LittleEndian.AppendUint32(out, 0x184D2A53) // a skippable frame
 		out = binary.LittleEndian.AppendUint32(out, 2)
 		out = append(out, 'h', 'i')
 	}
 	return out
-}
-
-func TestHeaderSize(t *testing.T) {
-	data := randomBytes(300_000, 1)
-	sized := zstdSized(t, data, 1<<20)
-	lying := append([]byte{}, sized...)
-	// A single-segment frame's size byte, made larger than its blocks hold.
-	lying[5], lying[6], lying[7] = 0xFF, 0xFF, 0xFF
-	tests := []struct {
-		name   string
-		stream []byte
-		size   int64
-		ok     bool
-	}{
-		{"no frames", nil, 0, true},
-		{"one frame with its size", sized, 300_000, true},
-		{"frames with their sizes and skippable frames", zstdSized(t, data, 70_000), 300_000, true},
-		{"a frame without its size", zstdUnsized(t, data), 0, false},
-		{"sized frames, then one without", append(zstdSized(t, data[:1000], 500), zstdUnsized(t, data[1000:])...), 0, false},
-		{"cut off", sized[:len(sized)-1], 0, false},
-		{"not zstd", []byte("not a zstd frame at all"), 0, false},
-		{"a size its blocks cannot hold", lying, 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			size, ok := headerSize(bytes.NewReader(tt.stream), int64(len(tt.stream)))
-			if size != tt.size || ok != tt.ok {
-				t.Errorf("headerSize = %d, %v; want %d, %v", size, ok, tt.size, tt.ok)
-			}
-		})
-	}
 }
 
 // sizesFile is a source of test components and the container over it.

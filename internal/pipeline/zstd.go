@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // storedReadSize is how much compressed input a decoder reads at once.
@@ -25,7 +27,8 @@ const maxZstdWindow = 128 << 20
 // A stream of several frames that record their decoded sizes (or that a
 // seek table describes) is indexed on first use and served by a
 // framedStream: a read decodes only the frames that hold it, and sequential
-// reads decode the next frames on other cores (zstdframes.go).
+// reads decode the next frames on other cores (zstdframes.go, with the
+// index of internal/codec/zstdframe).
 //
 // Any other stream can only be decoded from its start, so the stream keeps
 // a decoder positioned where the last decode stopped: sequential reads cost
@@ -112,7 +115,7 @@ func (z *zstdStream) size() (int64, error) {
 func (z *zstdStream) index() (*framedStream, error) {
 	z.indexed.Do(func() {
 		if z.seekable {
-			idx, err := seekableIndex(readerAtFunc(z.stored.ReadAt), z.storedLen, z.declared)
+			idx, err := zstdframe.NewSeekableIndex(readerAtFunc(z.stored.ReadAt), z.storedLen, z.declared)
 			if err != nil {
 				z.indexErr = err
 				return
@@ -120,12 +123,12 @@ func (z *zstdStream) index() (*framedStream, error) {
 			z.framed.Store(newFramedStream(z, idx))
 			return
 		}
-		idx, why := indexFrames(readerAtFunc(z.stored.ReadAt), z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared)
+		idx, why := zstdframe.NewIndex(readerAtFunc(z.stored.ReadAt), z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared)
 		if why != nil {
 			z.unindexed = why
 			return
 		}
-		switch total := idx.total(); {
+		switch total := idx.Total(); {
 		case z.declared >= 0 && total < z.declared:
 			z.indexErr = fmt.Errorf("zstd stream ends after %d bytes, expected %d (frame headers)", total, z.declared)
 		case z.declared >= 0 && total > z.declared:
@@ -405,7 +408,7 @@ func (z *zstdStream) reset(c *cursor) error {
 	// that each is not a system call.
 	stored := readerAtFunc(z.stored.ReadAt)
 	in := bufio.NewReaderSize(io.NewSectionReader(stored, 0, z.storedLen), storedReadSize)
-	if err := c.dec.Reset(newWindowLimiter(in, stored, z.storedLen, z.max)); err != nil {
+	if err := c.dec.Reset(zstdframe.NewWindowLimiter(in, stored, z.storedLen, z.max)); err != nil {
 		c.restart = true
 		return fmt.Errorf("zstd: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // FuzzZstdFrames reads arbitrary bytes as a zstd stream, with and without a
@@ -52,7 +53,7 @@ func FuzzZstdFrames(f *testing.F) {
 		// Streams the index leaves to the sequential decoder are not this
 		// target's business.
 		const blockSize, capacity = 64, 16 << 10
-		if _, err := indexFrames(Bytes(stored), int64(len(stored)), frameLimit(blockSize, capacity), declared); err != nil {
+		if _, err := zstdframe.NewIndex(Bytes(stored), int64(len(stored)), frameLimit(blockSize, capacity), declared); err != nil {
 			return
 		}
 		// The zstd stage alone, over the bytes in memory, of at most 64 KiB

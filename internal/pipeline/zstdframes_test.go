@@ -18,6 +18,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // zstdOf returns the zstd stage behind a component reader.
@@ -116,11 +117,11 @@ func TestZstdFramesLayouts(t *testing.T) {
 				if f == nil {
 					return
 				}
-				if f.idx.fromSeekTable != tc.table {
-					t.Errorf("index from the seek table = %v, want %v", f.idx.fromSeekTable, tc.table)
+				if f.idx.FromSeekTable != tc.table {
+					t.Errorf("index from the seek table = %v, want %v", f.idx.FromSeekTable, tc.table)
 				}
-				if n := (len(data) + tc.frameSize - 1) / tc.frameSize; f.idx.frames() != n {
-					t.Errorf("%d frames indexed, want %d", f.idx.frames(), n)
+				if n := (len(data) + tc.frameSize - 1) / tc.frameSize; f.idx.Frames() != n {
+					t.Errorf("%d frames indexed, want %d", f.idx.Frames(), n)
 				}
 			})
 		}
@@ -223,7 +224,7 @@ func TestZstdFramesDecodeOnlyWhatIsRead(t *testing.T) {
 			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("sequential read differs")
 			}
-			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.frames()); n != frames {
+			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.Frames()); n != frames {
 				t.Errorf("a sequential read decoded %d frames of %d", n, frames)
 			}
 			if z.framed.Load().aheadStarted.Load() == 0 {
@@ -248,7 +249,7 @@ func TestZstdFramesIrregular(t *testing.T) {
 	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatal("read differs")
 	}
-	frames := int64(z.framed.Load().idx.frames())
+	frames := int64(z.framed.Load().idx.Frames())
 	if n := decodedFrames(t, z); n > 2*frames {
 		t.Errorf("%d frames decoded for %d", n, frames)
 	}
@@ -369,7 +370,7 @@ func TestZstdFramesBadSeekTables(t *testing.T) {
 			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("read differs")
 			}
-			if f := z.framed.Load(); f == nil || f.idx.fromSeekTable {
+			if f := z.framed.Load(); f == nil || f.idx.FromSeekTable {
 				t.Fatalf("indexed %v, from the seek table; want from the headers (%v)", f != nil, z.unindexed)
 			}
 		})
@@ -387,7 +388,7 @@ func TestZstdFramesBadSeekTables(t *testing.T) {
 	if !bytes.Equal(got, data[:len(got)]) {
 		t.Fatal("wrong bytes served before the error")
 	}
-	if !z.framed.Load().idx.fromSeekTable {
+	if !z.framed.Load().idx.FromSeekTable {
 		t.Fatal("the hiding table was not used")
 	}
 }
@@ -423,13 +424,13 @@ func TestZstdFramesMillionTiny(t *testing.T) {
 		t.Fatal("read differs")
 	}
 	f := z.framed.Load()
-	if f == nil || f.idx.frames() != len(data) {
+	if f == nil || f.idx.Frames() != len(data) {
 		t.Fatalf("not indexed: %v", z.unindexed)
 	}
 	t.Logf("a million frames indexed and read in %v", time.Since(start))
 
 	// One more than the index takes: decoded from the start instead.
-	data, stored = tinyFrames(maxIndexedFrames + 1)
+	data, stored = tinyFrames(zstdframe.MaxFrames + 1)
 	_, r, z = framedComponent(t, stored, int64(len(data)), Options{BlockSize: 64 << 10})
 	if _, err := r.ReadAt(make([]byte, 10), int64(len(data))-10); err != nil {
 		t.Fatal(err)
@@ -581,7 +582,7 @@ func TestZstdFramesWriterRoundTrip(t *testing.T) {
 			}
 			checkRandomReads(t, r, data, 9)
 			z := zstdOf(t, r)
-			if fs := z.framed.Load(); (fs != nil) != tc.indexed || fs != nil && !fs.idx.fromSeekTable {
+			if fs := z.framed.Load(); (fs != nil) != tc.indexed || fs != nil && !fs.idx.FromSeekTable {
 				t.Errorf("indexed %v (%v), want %v from the seek table", fs != nil, z.unindexed, tc.indexed)
 			}
 		})
@@ -604,7 +605,7 @@ func TestZstdFramesForeignStream(t *testing.T) {
 	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatal("read differs")
 	}
-	if f := z.framed.Load(); f == nil || f.idx.frames() != 5 {
+	if f := z.framed.Load(); f == nil || f.idx.Frames() != 5 {
 		t.Fatalf("not indexed as 5 frames: %v", z.unindexed)
 	}
 }
@@ -654,7 +655,7 @@ func TestZstdFramesSmallerThanBlocks(t *testing.T) {
 			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("sequential read differs")
 			}
-			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.frames()); tc.wantBS < block && n != frames {
+			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.Frames()); tc.wantBS < block && n != frames {
 				t.Errorf("a sequential read decoded %d frames of %d", n, frames)
 			}
 		})

@@ -1,10 +1,8 @@
 package pipeline
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"io"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,6 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 )
 
 // zstdWindowed compresses data into one frame with a Window_Descriptor
@@ -65,9 +64,9 @@ func allocated(f func()) uint64 {
 // and as the second frame of a stream.
 func TestZstdWindowLimited(t *testing.T) {
 	data := randomBytes(20000, 5)
-	huge := windowDescriptor(128 << 20)
-	if windowSize(huge) != 128<<20 {
-		t.Fatalf("descriptor %#x is a window of %d", huge, windowSize(huge))
+	huge := zstdframe.WindowDescriptor(128 << 20)
+	if zstdframe.WindowSize(huge) != 128<<20 {
+		t.Fatalf("descriptor %#x is a window of %d", huge, zstdframe.WindowSize(huge))
 	}
 	one := zstdWindowed(t, data, huge, false)
 	two := append(zstdWindowed(t, data[:5000], 0x58, false), zstdWindowed(t, data[5000:], huge, false)...)
@@ -148,88 +147,4 @@ func TestZstdContentSizeLimited(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestWindowDescriptor(t *testing.T) {
-	for _, tc := range []struct {
-		n    uint64
-		want uint64
-	}{{0, 1 << 10}, {1, 1 << 10}, {1 << 10, 1 << 10}, {1<<10 + 1, 1 << 11}, {3 << 20, 4 << 20}, {1 << 41, 1 << 41}, {1<<41 + 1, 1 << 41}} {
-		if got := windowSize(windowDescriptor(tc.n)); got != tc.want {
-			t.Errorf("window for %d: %d, want %d", tc.n, got, tc.want)
-		}
-	}
-	if got := windowSize(0x5B); got != 1<<21+3<<18 {
-		t.Errorf("descriptor 0x5B: %d", got)
-	}
-}
-
-// decodeUpTo decodes at most n bytes of the zstd stream b with dec; done
-// reports that the stream ended cleanly within them.
-func decodeUpTo(dec *zstd.Decoder, b []byte, n int64) (out []byte, done bool) {
-	if err := dec.Reset(bytes.NewReader(b)); err != nil {
-		return nil, false
-	}
-	out, err := io.ReadAll(io.LimitReader(dec, n+1))
-	return out, err == nil && int64(len(out)) <= n
-}
-
-// newDecoder returns a streaming decoder that accepts windows up to
-// maxWindow.
-func newDecoder(t testing.TB, maxWindow uint64) *zstd.Decoder {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxWindow))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dec.Close)
-	return dec
-}
-
-// FuzzZstdWindow feeds arbitrary streams through windowLimiter with a
-// limit below 64 KiB: it passes them unchanged but for lowered window
-// descriptors, a decoder of its output never allocates more than a
-// lowered window, and a stream that decodes within the limit decodes to
-// the same bytes after the rewrite.
-func FuzzZstdWindow(f *testing.F) {
-	data := randomBytes(200, 4)
-	f.Add(zstdWindowed(f, data, windowDescriptor(128<<20), false), uint16(200))
-	f.Add(zstdWindowed(f, data, 0x58, false), uint16(1000))
-	f.Add(append(zstdWindowed(f, data[:100], 0x58, false), zstdWindowed(f, data[100:], windowDescriptor(64<<20), false)...), uint16(300))
-	// Decoders are made once: making one per input would dominate.
-	limited, reference := newDecoder(f, maxZstdWindow), newDecoder(f, 2<<20)
-	f.Add(zstdBomb(3), uint16(100))
-	f.Fuzz(func(t *testing.T, stream []byte, limit uint16) {
-		n := int64(len(stream))
-		src := bytes.NewReader(stream)
-		w := newWindowLimiter(bufio.NewReaderSize(io.NewSectionReader(src, 0, n), 4096), src, n, uint64(limit))
-		out, err := io.ReadAll(w)
-		for i := range out {
-			if out[i] == stream[i] {
-				continue
-			}
-			if i < 5 || binary.LittleEndian.Uint32(stream[i-5:]) != zstdFrameMagic || stream[i-1]&0x20 != 0 {
-				t.Fatalf("byte %d changed and is no Window_Descriptor", i)
-			}
-			if got, was := windowSize(out[i]), windowSize(stream[i]); got >= was || got < minLimitedWindow {
-				t.Fatalf("window at %d: %d, was %d", i, got, was)
-			}
-		}
-		if err != nil {
-			return
-		}
-		if len(out) != len(stream) {
-			t.Fatalf("%d bytes out of %d", len(out), len(stream))
-		}
-		var got []byte
-		var gotDone bool
-		if n := allocated(func() { got, gotDone = decodeUpTo(limited, out, int64(limit)) }); n > 16<<20 {
-			t.Fatalf("decoding the limited stream allocated %d MiB", n>>20)
-		}
-		if bytes.Equal(out, stream) {
-			return
-		}
-		if want, done := decodeUpTo(reference, stream, int64(limit)); done && (!gotDone || !bytes.Equal(got, want)) {
-			t.Fatalf("the rewrite changed the decoded bytes: %d bytes (done %v), want %d", len(got), gotDone, len(want))
-		}
-	})
 }

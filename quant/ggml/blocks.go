@@ -2,7 +2,8 @@ package ggml
 
 import (
 	"encoding/binary"
-	"math"
+
+	"github.com/ztfs/ztfs/quant"
 )
 
 // blockKernel returns the kernel of a legacy, k-, ternary or fp4 type.
@@ -44,25 +45,6 @@ func blockKernel(t Type) kernel {
 	return nil
 }
 
-// fp16 converts IEEE binary16 bits (ggml_half) to float32 exactly, as ggml's
-// GGML_FP16_TO_FP32 does: subnormals become normal float32 values (never
-// flushed to zero), infinities and NaNs keep their sign and payload.
-//
-// The exponent and mantissa bits, shifted into float32 position, read as a
-// float32 2¹¹² times too small (the exponent biases differ by 112; an f16
-// subnormal lands on a float32 subnormal with the same scaling), so one
-// exact multiplication by 2¹¹² finishes every finite value without a branch
-// on the exponent.
-func fp16(h uint16) float32 {
-	bits := uint32(h&0x7fff) << 13
-	var f uint32
-	if bits >= 0x7c00<<13 {
-		f = bits | 0x7f800000 // infinity or NaN
-	} else {
-		f = math.Float32bits(math.Float32frombits(bits) * 0x1p112)
-	}
-	return math.Float32frombits(f | uint32(h&0x8000)<<16)
-}
-
-// le16 reads the little-endian ggml_half at b[0:2] and converts it.
-func le16(b []byte) float32 { return fp16(binary.LittleEndian.Uint16(b)) }
+// le16 reads the little-endian ggml_half at b[0:2] and widens it exactly,
+// as GGML_FP16_TO_FP32 does.
+func le16(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }

@@ -5,8 +5,6 @@ import (
 	"math"
 	"math/rand"
 	"testing"
-
-	"github.com/x448/float16"
 )
 
 var (
@@ -116,20 +114,6 @@ func TestKernelsMatchReference(t *testing.T) {
 				checkAgainstReference(t, typ, randomBlocks(rng, typ, 100, false))
 			})
 		}
-	}
-}
-
-// TestFP16 compares the f16 conversion with x448/float16 for all 65536
-// values (subnormals included, no flush to zero).
-func TestFP16(t *testing.T) {
-	for h := 0; h < 1<<16; h++ {
-		got, want := fp16(uint16(h)), float16.Frombits(uint16(h)).Float32()
-		if !sameFloat(got, want) || (got == got && math.Float32bits(got) != math.Float32bits(want)) {
-			t.Fatalf("fp16(%#04x) = %#08x, want %#08x", h, math.Float32bits(got), math.Float32bits(want))
-		}
-	}
-	if fp16(0x0001) != 0x1p-24 || math.Float32bits(fp16(0x8000)) != 0x80000000 {
-		t.Fatal("smallest subnormal or -0 wrong")
 	}
 }
 

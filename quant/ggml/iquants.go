@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 
-	"github.com/x448/float16"
+	"github.com/ztfs/ztfs/quant"
 )
 
 // The i-quants ("importance" quants) replace the k-quants' arithmetic codes
@@ -39,12 +39,6 @@ func iqKernel(t Type) kernel {
 	return nil
 }
 
-// iqHalf reads a little-endian IEEE f16 and widens it exactly (subnormals,
-// ±0, ±Inf and NaN included), as GGML_FP16_TO_FP32 does.
-func iqHalf(b []byte) float32 {
-	return float16.Frombits(binary.LittleEndian.Uint16(b)).Float32()
-}
-
 // iqSigned8 writes db×grid[j] for the eight bytes of a grid entry, negated
 // where bit j of signs is set. The negation flips the sign bit instead of
 // branching: random signs would defeat branch prediction (ggml multiplies
@@ -74,7 +68,7 @@ func iqSigned4(y []float32, db float32, grid uint32, signs uint8, shift uint) {
 func dequantIQ2XXS(y []float32, b []byte) {
 	b = b[:66]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	for ib := range 8 {
 		q := b[2+8*ib : 10+8*ib]
 		aux1 := binary.LittleEndian.Uint32(q[4:])
@@ -91,7 +85,7 @@ func dequantIQ2XXS(y []float32, b []byte) {
 func dequantIQ2XS(y []float32, b []byte) {
 	b = b[:74]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	qs, scales := b[2:66], b[66:74]
 	for ib := range 8 {
 		db := [2]float32{
@@ -111,7 +105,7 @@ func dequantIQ2XS(y []float32, b []byte) {
 func dequantIQ2S(y []float32, b []byte) {
 	b = b[:82]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	qs, signs, qh, scales := b[2:34], b[34:66], b[66:74], b[74:82]
 	for ib := range 8 {
 		db := [2]float32{
@@ -131,7 +125,7 @@ func dequantIQ2S(y []float32, b []byte) {
 func dequantIQ3XXS(y []float32, b []byte) {
 	b = b[:98]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	qs, ss := b[2:66], b[66:98]
 	for ib := range 8 {
 		aux := binary.LittleEndian.Uint32(ss[4*ib:])
@@ -151,7 +145,7 @@ func dequantIQ3XXS(y []float32, b []byte) {
 func dequantIQ3S(y []float32, b []byte) {
 	b = b[:110]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	qs, qh, signs, scales := b[2:66], b[66:74], b[74:106], b[106:110]
 	for ib := range 8 {
 		s := scales[ib/2] >> (4 * (ib % 2)) & 0xf
@@ -186,7 +180,7 @@ func iqGrid1(y []float32, dl, delta float32, grid uint64) {
 func dequantIQ1S(y []float32, b []byte) {
 	b = b[:50]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	qs := b[2:34]
 	for ib := range 8 {
 		qh := binary.LittleEndian.Uint16(b[34+2*ib:])
@@ -214,7 +208,7 @@ func dequantIQ1M(y []float32, b []byte) {
 	for i := range sc {
 		sc[i] = binary.LittleEndian.Uint16(b[48+2*i:])
 	}
-	d := float16.Frombits(sc[0]>>12 | (sc[1]>>8)&0x00f0 | (sc[2]>>4)&0x0f00 | sc[3]&0xf000).Float32()
+	d := quant.F16ToF32(sc[0]>>12 | (sc[1]>>8)&0x00f0 | (sc[2]>>4)&0x0f00 | sc[3]&0xf000)
 	for ib := range 8 {
 		s := sc[ib/2] >> (6 * (ib % 2))
 		dl1 := d * float32(2*(s&7)+1)
@@ -240,7 +234,7 @@ func dequantIQ1M(y []float32, b []byte) {
 func dequantIQ4NL(y []float32, b []byte) {
 	b = b[:18]
 	y = y[:32]
-	d := iqHalf(b)
+	d := le16(b)
 	for j, q := range b[2:18] {
 		y[j] = d * float32(kvaluesIQ4NL[q&0xf])
 		y[j+16] = d * float32(kvaluesIQ4NL[q>>4])
@@ -253,7 +247,7 @@ func dequantIQ4NL(y []float32, b []byte) {
 func dequantIQ4XS(y []float32, b []byte) {
 	b = b[:136]
 	y = y[:256]
-	d := iqHalf(b)
+	d := le16(b)
 	sh := binary.LittleEndian.Uint16(b[2:])
 	sl, qs := b[4:8], b[8:136]
 	for ib := range 8 {

@@ -349,7 +349,7 @@ func refDequant(t Type, blk []byte) []float64 {
 
 func TestIQReferenceHalf(t *testing.T) {
 	for h := 0; h < 1<<16; h++ {
-		got, want := iqHalf([]byte{byte(h), byte(h >> 8)}), refHalf(uint16(h))
+		got, want := le16([]byte{byte(h), byte(h >> 8)}), refHalf(uint16(h))
 		if math.IsNaN(want) {
 			if !math.IsNaN(float64(got)) {
 				t.Fatalf("f16 %#04x: %g, want NaN", h, got)

@@ -89,11 +89,7 @@ func decodeTensogram(path string) error {
 	if _, err := f.ReadAt(buf, int64(comp.Offset)); err != nil {
 		return err
 	}
-	codecs := comp.Codecs
-	if comp.Encoding == formats.Zstd && len(codecs) == 0 {
-		codecs = []formats.Codec{formats.Decompress{Method: "zstd", Size: uint64(comp.Size)}}
-	}
-	for _, step := range codecs {
+	for _, step := range comp.Codecs {
 		switch k := step.(type) {
 		case formats.Decompress:
 			out := make([]byte, k.Size)

@@ -1,4 +1,4 @@
-package pipeline
+package zstdframe
 
 import (
 	"bufio"
@@ -7,11 +7,11 @@ import (
 	"math/bits"
 )
 
-// A zstd frame header names the window its decoder must keep: up to
-// maxZstdWindow (128 MiB) for a frame of any size, or the frame's content
+// A zstd frame header names the window its decoder must keep: up to the
+// decoder's limit (128 MiB in ztfs) for a frame of any size, or the frame's content
 // size for a single-segment frame. The streaming decoder allocates it
 // before the first block, so a header of a few bytes could cost 128 MiB
-// per decoder, and a pool of decoders keeps it. windowLimiter sits between
+// per decoder, and a pool of decoders keeps it. WindowLimiter sits between
 // the stored stream and the decoder and holds each frame to what it can
 // use: no frame needs a window larger than the stream's decoded size, nor
 // than its own blocks can decode to.
@@ -26,16 +26,16 @@ const trustedWindow = 8 << 20
 // blocks hold up to 128 KiB.
 const minLimitedWindow = 1 << 20
 
-// windowSize is the window a Window_Descriptor byte gives (RFC 8878,
-// 3.1.1.1.2).
-func windowSize(wd byte) uint64 {
+// WindowSize is the window a Window_Descriptor byte gives: 2^(10+exponent)
+// plus eighths of it.
+func WindowSize(wd byte) uint64 {
 	base := uint64(1) << (10 + wd>>3)
 	return base + base/8*uint64(wd&7)
 }
 
-// windowDescriptor returns the descriptor of the smallest power-of-two
+// WindowDescriptor returns the descriptor of the smallest power-of-two
 // window of at least n bytes, or of 2^41 bytes, the largest there is.
-func windowDescriptor(n uint64) byte {
+func WindowDescriptor(n uint64) byte {
 	if n <= 1<<10 {
 		return 0
 	}
@@ -43,7 +43,7 @@ func windowDescriptor(n uint64) byte {
 	return byte(min(log, 41)-10) << 3
 }
 
-// limiterState is what the stream holds at a windowLimiter's position.
+// limiterState is what the stream holds at a WindowLimiter's position.
 type limiterState int
 
 const (
@@ -53,13 +53,13 @@ const (
 	passRest                       // bytes the limiter does not understand
 )
 
-// windowLimiter passes the zstd stream in (of size bytes, also readable at
+// WindowLimiter passes the zstd stream in (of size bytes, also readable at
 // any offset through at) to a decoder, rewriting the Window_Descriptor of
 // any frame that asks for more than it can use. The decoded bytes are the
 // same: a frame never refers further back than it has decoded. A frame
 // claiming a content size the stream may not hold fails. Framing it does
 // not understand is passed on unchanged for the decoder to report.
-type windowLimiter struct {
+type WindowLimiter struct {
 	in    *bufio.Reader
 	at    *peeker
 	size  int64
@@ -74,11 +74,11 @@ type windowLimiter struct {
 	walked   int // blocks walked, for walkBlocks
 }
 
-func newWindowLimiter(in *bufio.Reader, at io.ReaderAt, size int64, limit uint64) *windowLimiter {
-	return &windowLimiter{in: in, at: &peeker{r: at, size: size}, size: size, limit: limit, patchAt: -1}
+func NewWindowLimiter(in *bufio.Reader, at io.ReaderAt, size int64, limit uint64) *WindowLimiter {
+	return &WindowLimiter{in: in, at: &peeker{r: at, size: size}, size: size, limit: limit, patchAt: -1}
 }
 
-func (w *windowLimiter) Read(p []byte) (int, error) {
+func (w *WindowLimiter) Read(p []byte) (int, error) {
 	for w.pass == 0 {
 		if err := w.advance(); err != nil {
 			return 0, err
@@ -99,7 +99,7 @@ func (w *windowLimiter) Read(p []byte) (int, error) {
 
 // advance reads the header at the position and sets how many bytes to
 // pass before the next one.
-func (w *windowLimiter) advance() error {
+func (w *WindowLimiter) advance() error {
 	if w.pos >= w.size {
 		return io.EOF
 	}
@@ -127,18 +127,18 @@ func (w *windowLimiter) advance() error {
 			}
 		}
 	case atFrame:
-		h, _ := w.in.Peek(maxFrameHeaderLen)
-		fh, err := parseFrameHeader(h)
+		h, _ := w.in.Peek(MaxHeaderLen)
+		fh, err := ParseHeader(h)
 		switch {
 		case err != nil:
 			w.state = passRest
-		case fh.skippable:
-			w.pass = int64(fh.headerLen) + fh.skipLen
+		case fh.Skippable:
+			w.pass = int64(fh.HeaderLen) + fh.SkipLen
 		default:
 			if err := w.limitWindow(fh); err != nil {
 				return err
 			}
-			w.pass, w.state, w.checksum = int64(fh.headerLen), atBlock, fh.checksum
+			w.pass, w.state, w.checksum = int64(fh.HeaderLen), atBlock, fh.Checksum
 		}
 	}
 	return nil
@@ -147,24 +147,24 @@ func (w *windowLimiter) advance() error {
 // limitWindow checks the window of the frame whose header fh is at the
 // position, and arranges for its descriptor to be rewritten when the frame
 // asks for more than it can use.
-func (w *windowLimiter) limitWindow(fh frameHeader) error {
-	if fh.single {
+func (w *WindowLimiter) limitWindow(fh Header) error {
+	if fh.Single {
 		// The window is the content size, which the decode must reach.
-		if fh.contentSize > w.limit {
-			return fmt.Errorf("the frame at stored byte %d declares %d decoded bytes, more than the %d this stream may hold", w.pos, fh.contentSize, w.limit)
+		if fh.ContentSize > w.limit {
+			return fmt.Errorf("the frame at stored byte %d declares %d decoded bytes, more than the %d this stream may hold", w.pos, fh.ContentSize, w.limit)
 		}
-		if fh.contentSize > trustedWindow {
+		if fh.ContentSize > trustedWindow {
 			most, err := w.most(fh)
 			if err != nil {
 				return err
 			}
-			if fh.contentSize > most {
-				return fmt.Errorf("the frame at stored byte %d declares %d decoded bytes, more than its blocks can hold (%d)", w.pos, fh.contentSize, most)
+			if fh.ContentSize > most {
+				return fmt.Errorf("the frame at stored byte %d declares %d decoded bytes, more than its blocks can hold (%d)", w.pos, fh.ContentSize, most)
 			}
 		}
 		return nil
 	}
-	need := min(fh.window, w.limit)
+	need := min(fh.Window, w.limit)
 	if need > trustedWindow {
 		most, err := w.most(fh)
 		if err != nil {
@@ -172,7 +172,7 @@ func (w *windowLimiter) limitWindow(fh frameHeader) error {
 		}
 		need = min(need, most)
 	}
-	if d := windowDescriptor(max(need, minLimitedWindow)); windowSize(d) < fh.window {
+	if d := WindowDescriptor(max(need, minLimitedWindow)); WindowSize(d) < fh.Window {
 		w.patchAt, w.patch = w.pos+5, d
 	}
 	return nil
@@ -180,35 +180,35 @@ func (w *windowLimiter) limitWindow(fh frameHeader) error {
 
 // most walks the blocks of the frame at the position and returns the most
 // they can decode to.
-func (w *windowLimiter) most(fh frameHeader) (uint64, error) {
-	_, most, err := walkBlocks(w.at, w.pos, w.pos+int64(fh.headerLen), w.size, fh.checksum, &w.walked)
+func (w *WindowLimiter) most(fh Header) (uint64, error) {
+	_, most, err := walkBlocks(w.at, w.pos, w.pos+int64(fh.HeaderLen), w.size, fh.Checksum, &w.walked)
 	if err != nil {
 		return 0, err
 	}
 	return uint64(most), nil
 }
 
-// limitWindows does in memory what windowLimiter does to a stream: in the
+// LimitWindows does in memory what WindowLimiter does to a stream: in the
 // whole frames of src, which decode to at most limit bytes, it rewrites
 // every Window_Descriptor asking for more (and for more than
 // minLimitedWindow). The frame decoder would otherwise refuse such a frame
 // (its memory bound is below the largest window) though it is valid.
 // Framing it does not understand is left for the decoder to report.
-func limitWindows(src []byte, limit uint64) {
-	want := windowDescriptor(max(limit, minLimitedWindow))
+func LimitWindows(src []byte, limit uint64) {
+	want := WindowDescriptor(max(limit, minLimitedWindow))
 	for off := 0; off < len(src); {
-		fh, err := parseFrameHeader(src[off:min(off+maxFrameHeaderLen, len(src))])
+		fh, err := ParseHeader(src[off:min(off+MaxHeaderLen, len(src))])
 		if err != nil {
 			return
 		}
-		if fh.skippable {
-			off += 8 + int(min(fh.skipLen, int64(len(src))))
+		if fh.Skippable {
+			off += 8 + int(min(fh.SkipLen, int64(len(src))))
 			continue
 		}
-		if !fh.single && windowSize(want) < fh.window {
+		if !fh.Single && WindowSize(want) < fh.Window {
 			src[off+5] = want
 		}
-		off += fh.headerLen
+		off += fh.HeaderLen
 		for last := false; !last; {
 			if len(src)-off < 3 {
 				return
@@ -220,7 +220,7 @@ func limitWindows(src []byte, limit uint64) {
 			last = h.last
 			off += 3 + int(h.stored())
 		}
-		if fh.checksum {
+		if fh.Checksum {
 			off += 4
 		}
 	}
