@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -157,9 +158,7 @@ func checkV2Error(t *testing.T, file []byte, err error) {
 	isRule := errors.As(err, &fe) && fe.Rule != ""
 	switch {
 	case len(file) < 8:
-		if !strings.Contains(err.Error(), "not a zTensor file") {
-			t.Fatalf("%d bytes: %v", len(file), err)
-		}
+		formatstest.Refused(t, err, "zTensor", "not a zTensor file")
 	case bytes.Equal(head, magicV01) || bytes.Equal(head, magicV1):
 		if isRule {
 			t.Fatalf("a v0.1 or v1 file refused under a v2 rule: %v", err)
@@ -169,7 +168,7 @@ func checkV2Error(t *testing.T, file []byte, err error) {
 			t.Fatalf("a v2 file refused without a rule: %#v", err)
 		}
 	default:
-		if isRule || !strings.Contains(err.Error(), "not a zTensor file") {
+		if formatstest.Refused(t, err, "zTensor", "not a zTensor file").Rule != "" {
 			t.Fatalf("bytes without a magic: %v", err)
 		}
 	}

@@ -71,9 +71,15 @@ func shardHint(path string) string {
 
 // looksCutOff reports whether a failed open suggests the file ends early,
 // as an interrupted download does: a reader found it shorter than its own
-// content says, or a read came up short.
+// content says, or a read came up short. A refusal of another kind may hold
+// an io.ErrUnexpectedEOF of its own (a CBOR item cut short inside a
+// frame): its Kind decides.
 func looksCutOff(err error) bool {
-	return errors.Is(err, formats.ErrTruncated) || errors.Is(err, io.ErrUnexpectedEOF)
+	var fe *formats.Error
+	if errors.As(err, &fe) {
+		return errors.Is(fe.Kind, formats.ErrTruncated)
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // cutOffError adds to an open error that the file looks cut off, when it

@@ -65,6 +65,7 @@ func TestLooksCutOff(t *testing.T) {
 		{formats.Classify("MCF", errors.New("header FileSize 4144 does not match the file size 5000")), false},
 		{formats.Classify("safetensors", formats.InTensor("x", formats.Unsupported("unknown dtype \"F7\""))), false},
 		{&formats.ReadError{Off: 8, Len: 60, Err: errors.New("input/output error")}, false},
+		{formats.Classify("Tensogram", fmt.Errorf("metadata frame: invalid CBOR: %w", io.ErrUnexpectedEOF)), false},
 		{nil, false},
 	} {
 		if got := looksCutOff(tc.err); got != tc.want {
