@@ -4,7 +4,6 @@ package detect
 
 import (
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
@@ -79,11 +78,13 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	case "gguf":
 		return gguf.Open(r, size)
 	}
+	// No format claims the file, so the errors have no Format. An empty
+	// file is what an interrupted download often leaves.
 	if size == 0 {
-		return nil, errors.New("unknown format: the file is empty")
+		return nil, formats.Truncated("unknown format: the file is empty")
 	}
 	if size < minContainer {
-		return nil, fmt.Errorf("unknown format: %d bytes is too small to be a container (the smallest, an empty zTensor v2 file, has %d)", size, minContainer)
+		return nil, formats.Unsupported("unknown format: %d bytes is too small to be a container (the smallest, an empty zTensor v2 file, has %d)", size, minContainer)
 	}
-	return nil, errors.New("unknown format: not zTensor, safetensors, Tensogram, MCF or GGUF")
+	return nil, formats.Unsupported("unknown format: not zTensor, safetensors, Tensogram, MCF or GGUF")
 }

@@ -265,29 +265,35 @@ func unwrapNested(v any) any {
 // TestInvalidFixtures checks that every invalid fixture is refused with a
 // message naming its problem.
 func TestInvalidFixtures(t *testing.T) {
-	want := map[string]string{
-		"invalid/bad_magic.gguf":                `bad magic "GGUX"`,
-		"invalid/version_0.gguf":                "unsupported version 0",
-		"invalid/version_4.gguf":                "unsupported version 4",
-		"invalid/version_1.gguf":                "unsupported version 1",
-		"invalid/big_endian.gguf":               "big-endian GGUF",
-		"invalid/truncated_kv.gguf":             `key "tokenizer.ggml.tokens": value[5] length needs 8 bytes`,
-		"invalid/truncated_data.gguf":           `tensor "h.weight": data`,
-		"invalid/misaligned_offset.gguf":        `tensor "q.weight": offset 36 is not a multiple of the alignment 32`,
-		"invalid/data_beyond_eof.gguf":          `tensor "h.weight": data`,
-		"invalid/n_dims_5.gguf":                 `tensor "h.weight": has 5 dimensions (at most 4)`,
-		"invalid/type_99.gguf":                  `tensor "h.weight": type id 99: ggml type 99 is unknown`,
-		"invalid/type_4_removed.gguf":           `tensor "q.weight": type id 4: ggml type 4 (Q4_2/Q4_3) was removed`,
-		"invalid/type_5_removed.gguf":           `tensor "q.weight": type id 5: ggml type 5 (Q4_2/Q4_3) was removed`,
-		"invalid/ne0_not_block_multiple.gguf":   `tensor "q.weight": ne[0]=48 is not a multiple of the Q4_0 block size 32`,
-		"invalid/string_len_2p63.gguf":          `key "general.architecture": value length 9223372036854775808 exceeds the rest of the file`,
-		"invalid/tensor_count_2p40.gguf":        "tensor count 1099511627776 cannot fit",
-		"invalid/duplicate_tensor_names.gguf":   `tensor "norm.weight": duplicate tensor name`,
-		"invalid/duplicate_keys.gguf":           `key "general.name": duplicate key`,
-		"invalid/alignment_48.gguf":             "general.alignment 48 is not a power of two",
-		"invalid/ne_overflow.gguf":              `tensor "h.weight": element count overflows int64`,
-		"invalid/ne_product_wraps_to_zero.gguf": `tensor "h.weight": element count overflows int64`,
-		"invalid/kv_type_13.gguf":               `key "x.bad": value has invalid value type 13`,
+	// Each refusal has its kind, the tensor it is in and a detail naming
+	// the problem (the message is what a user reads).
+	want := map[string]struct {
+		kind   error
+		tensor string
+		detail string
+	}{
+		"invalid/bad_magic.gguf":                {formats.ErrCorrupt, "", `bad magic "GGUX"`},
+		"invalid/version_0.gguf":                {formats.ErrUnsupported, "", "unsupported version 0"},
+		"invalid/version_4.gguf":                {formats.ErrUnsupported, "", "unsupported version 4"},
+		"invalid/version_1.gguf":                {formats.ErrUnsupported, "", "unsupported version 1"},
+		"invalid/big_endian.gguf":               {formats.ErrUnsupported, "", "big-endian GGUF"},
+		"invalid/truncated_kv.gguf":             {formats.ErrTruncated, "", `key "tokenizer.ggml.tokens": value[5] length needs 8 bytes`},
+		"invalid/truncated_data.gguf":           {formats.ErrTruncated, "h.weight", `data`},
+		"invalid/misaligned_offset.gguf":        {formats.ErrCorrupt, "q.weight", `offset 36 is not a multiple of the alignment 32`},
+		"invalid/data_beyond_eof.gguf":          {formats.ErrTruncated, "h.weight", `data`},
+		"invalid/n_dims_5.gguf":                 {formats.ErrCorrupt, "h.weight", `has 5 dimensions (at most 4)`},
+		"invalid/type_99.gguf":                  {formats.ErrUnsupported, "h.weight", `type id 99: ggml type 99 is unknown`},
+		"invalid/type_4_removed.gguf":           {formats.ErrUnsupported, "q.weight", `type id 4: ggml type 4 (Q4_2/Q4_3) was removed`},
+		"invalid/type_5_removed.gguf":           {formats.ErrUnsupported, "q.weight", `type id 5: ggml type 5 (Q4_2/Q4_3) was removed`},
+		"invalid/ne0_not_block_multiple.gguf":   {formats.ErrCorrupt, "q.weight", `ne[0]=48 is not a multiple of the Q4_0 block size 32`},
+		"invalid/string_len_2p63.gguf":          {formats.ErrTruncated, "", `key "general.architecture": value length 9223372036854775808 exceeds the rest of the file`},
+		"invalid/tensor_count_2p40.gguf":        {formats.ErrTruncated, "", "tensor count 1099511627776 cannot fit"},
+		"invalid/duplicate_tensor_names.gguf":   {formats.ErrCorrupt, "norm.weight", `duplicate tensor name`},
+		"invalid/duplicate_keys.gguf":           {formats.ErrCorrupt, "", `key "general.name": duplicate key`},
+		"invalid/alignment_48.gguf":             {formats.ErrCorrupt, "", "general.alignment 48 is not a power of two"},
+		"invalid/ne_overflow.gguf":              {formats.ErrCorrupt, "h.weight", `element count overflows int64`},
+		"invalid/ne_product_wraps_to_zero.gguf": {formats.ErrCorrupt, "h.weight", `element count overflows int64`},
+		"invalid/kv_type_13.gguf":               {formats.ErrCorrupt, "", `key "x.bad": value has invalid value type 13`},
 	}
 	n := 0
 	for _, ef := range loadExpected(t).Files {
@@ -301,16 +307,19 @@ func TestInvalidFixtures(t *testing.T) {
 			if err == nil {
 				t.Fatalf("accepted (%s)", ef.Reason)
 			}
-			var fe *FormatError
-			if !errors.As(err, &fe) {
-				t.Errorf("error %T is not a *FormatError", err)
-			}
 			w, ok := want[ef.File]
 			if !ok {
-				t.Fatalf("no expected message for %s: %v", ef.File, err)
+				t.Fatalf("no expected error for %s: %v", ef.File, err)
 			}
-			if !strings.Contains(err.Error(), w) || strings.Contains(err.Error(), "\n") {
-				t.Errorf("error %q does not say %q", err, w)
+			var fe *formats.Error
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %T is not a *formats.Error: %v", err, err)
+			}
+			if fe.Format != "GGUF" || fe.Kind != w.kind || fe.Tensor != w.tensor {
+				t.Errorf("format %q, kind %v, tensor %q; want GGUF, %v, %q: %v", fe.Format, fe.Kind, fe.Tensor, w.kind, w.tensor, err)
+			}
+			if !strings.Contains(err.Error(), w.detail) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %q does not say %q", err, w.detail)
 			}
 		})
 	}

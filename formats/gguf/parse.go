@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant/ggml"
 )
 
@@ -34,26 +35,8 @@ const headerSize = 24
 // GGUF magic.
 func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(Magic)) }
 
-// FormatError is a GGUF file that breaks a rule of the format. Key or
-// Tensor names what it is about when it is one key or tensor.
-type FormatError struct {
-	Key, Tensor string
-	Msg         string
-}
-
-func (e *FormatError) Error() string {
-	switch {
-	case e.Tensor != "":
-		return fmt.Sprintf("gguf: tensor %q: %s", e.Tensor, e.Msg)
-	case e.Key != "":
-		return fmt.Sprintf("gguf: key %q: %s", e.Key, e.Msg)
-	}
-	return "gguf: " + e.Msg
-}
-
-// ErrTruncated is wrapped by every error about a file that ends before a
-// field it needs.
-var ErrTruncated = errors.New("the file ends too early")
+// formatName is the Format of the errors the reader returns.
+const formatName = "GGUF"
 
 // TensorInfo is one tensor info of a GGUF file.
 type TensorInfo struct {
@@ -105,7 +88,7 @@ const window = 64 << 10
 // take returns the next n bytes, which stay valid until the next call.
 func (c *cursor) take(n uint64, what string) ([]byte, error) {
 	if n > c.size-c.off {
-		return nil, fmt.Errorf("%s needs %d bytes at offset %d, the file has %d: %w", what, n, c.off, c.size, ErrTruncated)
+		return nil, formats.Truncated("%s needs %d bytes at offset %d, the file has %d", what, n, c.off, c.size)
 	}
 	if c.off >= c.bufOff && c.off+n <= c.bufOff+uint64(len(c.buf)) {
 		b := c.buf[c.off-c.bufOff : c.off-c.bufOff+n]
@@ -120,10 +103,10 @@ func (c *cursor) take(n uint64, what string) ([]byte, error) {
 	c.buf = c.buf[:m]
 	if k, err := c.r.ReadAt(c.buf, int64(c.off)); uint64(k) < m {
 		if err == nil || errors.Is(err, io.EOF) {
-			err = ErrTruncated
+			err = io.ErrUnexpectedEOF
 		}
 		c.buf = c.buf[:0]
-		return nil, fmt.Errorf("%s: reading %d bytes at offset %d: %w", what, m, c.off, err)
+		return nil, fmt.Errorf("%s: %w", what, &formats.ReadError{Off: int64(c.off), Len: int64(m), Err: err})
 	}
 	c.bufOff = c.off
 	c.off += n
@@ -155,7 +138,7 @@ func (c *cursor) str(what string) (string, error) {
 		return "", err
 	}
 	if n > c.remaining() {
-		return "", fmt.Errorf("%s length %d exceeds the rest of the file (%d bytes): %w", what, n, c.remaining(), ErrTruncated)
+		return "", formats.Truncated("%s length %d exceeds the rest of the file (%d bytes)", what, n, c.remaining())
 	}
 	b, err := c.take(n, what)
 	if err != nil {
@@ -165,37 +148,42 @@ func (c *cursor) str(what string) (string, error) {
 }
 
 // Parse reads and checks the header, the metadata and the tensor infos of
-// the GGUF file r of the given size.
+// the GGUF file r of the given size. A refused file is a *formats.Error.
 func Parse(r io.ReaderAt, size int64) (*File, error) {
+	f, err := parse(r, size)
+	return f, formats.Classify(formatName, err)
+}
+
+func parse(r io.ReaderAt, size int64) (*File, error) {
 	if size < 0 {
-		return nil, &FormatError{Msg: fmt.Sprintf("invalid file size %d", size)}
+		return nil, fmt.Errorf("invalid file size %d", size)
 	}
 	c := &cursor{r: r, size: uint64(size)}
 	head, err := c.take(headerSize, "header")
 	if err != nil {
-		return nil, &FormatError{Msg: err.Error()}
+		return nil, err
 	}
 	if string(head[:4]) != Magic {
-		return nil, &FormatError{Msg: fmt.Sprintf("bad magic %q, not %q", head[:4], Magic)}
+		return nil, fmt.Errorf("bad magic %q, not %q", head[:4], Magic)
 	}
 	f := &File{Version: le.Uint32(head[4:]), Alignment: DefaultAlignment}
 	switch v := f.Version; {
 	case v == 2 || v == 3:
 	case v&0xffff == 0 && (bits.ReverseBytes32(v) == 2 || bits.ReverseBytes32(v) == 3):
-		return nil, &FormatError{Msg: fmt.Sprintf("big-endian GGUF (version field 0x%08x is version %d byte-swapped) is not supported", v, bits.ReverseBytes32(v))}
+		return nil, formats.Unsupported("big-endian GGUF (version field 0x%08x is version %d byte-swapped) is not supported", v, bits.ReverseBytes32(v))
 	case v == 1:
-		return nil, &FormatError{Msg: "unsupported version 1 (GGUF v1 used 32-bit counts and lengths; only versions 2 and 3 are read)"}
+		return nil, formats.Unsupported("unsupported version 1 (GGUF v1 used 32-bit counts and lengths; only versions 2 and 3 are read)")
 	default:
-		return nil, &FormatError{Msg: fmt.Sprintf("unsupported version %d (only versions 2 and 3 are read)", v)}
+		return nil, formats.Unsupported("unsupported version %d (only versions 2 and 3 are read)", v)
 	}
 	nTensors, nKV := le.Uint64(head[8:]), le.Uint64(head[16:])
 	// Each tensor info takes at least 24 bytes (name length, n_dims, type,
 	// offset), each KV at least 13 (key length, type, a 1-byte value).
 	if nTensors > c.remaining()/24 {
-		return nil, &FormatError{Msg: fmt.Sprintf("tensor count %d cannot fit in the %d bytes after the header", nTensors, c.remaining())}
+		return nil, formats.Truncated("tensor count %d cannot fit in the %d bytes after the header", nTensors, c.remaining())
 	}
 	if nKV > c.remaining()/13 {
-		return nil, &FormatError{Msg: fmt.Sprintf("key-value count %d cannot fit in the %d bytes after the header", nKV, c.remaining())}
+		return nil, formats.Truncated("key-value count %d cannot fit in the %d bytes after the header", nKV, c.remaining())
 	}
 	if err := f.readKVs(c, nKV); err != nil {
 		return nil, err
@@ -221,28 +209,31 @@ func (f *File) readKVs(c *cursor, n uint64) error {
 	for i := uint64(0); i < n; i++ {
 		key, err := c.str(fmt.Sprintf("key %d", i))
 		if err != nil {
-			return &FormatError{Msg: err.Error()}
+			return err
 		}
+		// The detail names the key: it is what a reader of the message
+		// looks for in the file.
+		inKey := func(err error) error { return fmt.Errorf("key %q: %w", key, err) }
 		if seen[key] {
-			return &FormatError{Key: key, Msg: "duplicate key"}
+			return inKey(errors.New("duplicate key"))
 		}
 		seen[key] = true
 		t, err := c.u32("value type")
 		if err != nil {
-			return &FormatError{Key: key, Msg: err.Error()}
+			return inKey(err)
 		}
 		v, err := readValue(c, ValueType(t), "value", 0)
 		if err != nil {
-			return &FormatError{Key: key, Msg: err.Error()}
+			return inKey(err)
 		}
 		kv := KV{Key: key, Type: ValueType(t), Value: v}
 		if key == "general.alignment" {
 			a, ok := v.(uint32)
 			if !ok {
-				return &FormatError{Key: key, Msg: fmt.Sprintf("general.alignment must be a uint32, not %s", kv.TypeName())}
+				return inKey(fmt.Errorf("general.alignment must be a uint32, not %s", kv.TypeName()))
 			}
 			if a == 0 || a&(a-1) != 0 {
-				return &FormatError{Key: key, Msg: fmt.Sprintf("general.alignment %d is not a power of two", a)}
+				return inKey(fmt.Errorf("general.alignment %d is not a power of two", a))
 			}
 			f.Alignment = uint64(a)
 		}
@@ -315,7 +306,7 @@ func readArray(c *cursor, what string, depth int) (Array, error) {
 		return Array{}, err
 	}
 	if n > c.remaining()/t.minSize() {
-		return Array{}, fmt.Errorf("%s: %d items of type %s cannot fit in the %d bytes left: %w", what, n, t, c.remaining(), ErrTruncated)
+		return Array{}, formats.Truncated("%s: %d items of type %s cannot fit in the %d bytes left", what, n, t, c.remaining())
 	}
 	a := Array{Type: t}
 	if sz := t.fixedSize(); sz != 0 {
@@ -428,10 +419,10 @@ func (f *File) readTensorInfos(c *cursor, n uint64) error {
 	for i := uint64(0); i < n; i++ {
 		name, err := c.str(fmt.Sprintf("tensor info %d: name", i))
 		if err != nil {
-			return &FormatError{Msg: err.Error()}
+			return err
 		}
 		fail := func(format string, a ...any) error {
-			return &FormatError{Tensor: name, Msg: fmt.Sprintf(format, a...)}
+			return formats.InTensor(name, formats.Corrupt(format, a...))
 		}
 		if seen[name] {
 			return fail("duplicate tensor name")
@@ -439,7 +430,7 @@ func (f *File) readTensorInfos(c *cursor, n uint64) error {
 		seen[name] = true
 		nd, err := c.u32("n_dims")
 		if err != nil {
-			return fail("%v", err)
+			return formats.InTensor(name, err)
 		}
 		if nd > MaxDims {
 			return fail("has %d dimensions (at most %d)", nd, MaxDims)
@@ -447,19 +438,19 @@ func (f *File) readTensorInfos(c *cursor, n uint64) error {
 		ti := TensorInfo{Name: name, NE: make([]uint64, nd)}
 		for d := range ti.NE {
 			if ti.NE[d], err = c.u64(fmt.Sprintf("ne[%d]", d)); err != nil {
-				return fail("%v", err)
+				return formats.InTensor(name, err)
 			}
 		}
 		typ, err := c.u32("type")
 		if err != nil {
-			return fail("%v", err)
+			return formats.InTensor(name, err)
 		}
 		if ti.Offset, err = c.u64("offset"); err != nil {
-			return fail("%v", err)
+			return formats.InTensor(name, err)
 		}
 		ti.Type = ggml.Type(typ)
 		if ti.Info, err = ggml.Lookup(ti.Type); err != nil {
-			return fail("type id %d: %v", typ, err)
+			return formats.InTensor(name, formats.Unsupported("type id %d: %v", typ, err))
 		}
 		// Every dimension and every partial product must stay within
 		// int64: a product checked only at the end can wrap (2^32 × 2^32
@@ -493,16 +484,16 @@ func (f *File) readTensorInfos(c *cursor, n uint64) error {
 // file size.
 func (f *File) checkTensors(size uint64) error {
 	if f.DataOffset > size {
-		return &FormatError{Msg: fmt.Sprintf("the data section would start at %d, beyond the end of the file (%d bytes)", f.DataOffset, size)}
+		return formats.Truncated("the data section would start at %d, beyond the end of the file (%d bytes)", f.DataOffset, size)
 	}
 	for _, ti := range f.Tensors {
 		if ti.Offset%f.Alignment != 0 {
-			return &FormatError{Tensor: ti.Name, Msg: fmt.Sprintf("offset %d is not a multiple of the alignment %d", ti.Offset, f.Alignment)}
+			return formats.InTensor(ti.Name, formats.Corrupt("offset %d is not a multiple of the alignment %d", ti.Offset, f.Alignment))
 		}
 		start, c1 := bits.Add64(f.DataOffset, ti.Offset, 0)
 		end, c2 := bits.Add64(start, ti.Bytes, 0)
 		if c1 != 0 || c2 != 0 || end > size {
-			return &FormatError{Tensor: ti.Name, Msg: fmt.Sprintf("data of %d bytes at offset %d (after the data section's start %d) lies beyond the end of the file (%d bytes)", ti.Bytes, ti.Offset, f.DataOffset, size)}
+			return formats.InTensor(ti.Name, formats.Truncated("data of %d bytes at offset %d (after the data section's start %d) lies beyond the end of the file (%d bytes)", ti.Bytes, ti.Offset, f.DataOffset, size))
 		}
 	}
 	return nil

@@ -116,18 +116,18 @@ func readIndex(f *file, s *section) (*index, error) {
 		}
 		names[e.name] = i
 		if code > 0xFFFF {
-			return nil, fmt.Errorf("tensor %q: dtype code %d exceeds 16 bits", e.name, code)
+			return nil, formats.InTensor(e.name, fmt.Errorf("dtype code %d exceeds 16 bits", code))
 		}
 		info, ok := dtypeTable[uint16(code)]
 		if !ok {
-			return nil, fmt.Errorf("tensor %q: unassigned dtype code %d", e.name, code)
+			return nil, formats.InTensor(e.name, fmt.Errorf("unassigned dtype code %d", code))
 		}
 		e.code, e.info = uint16(code), info
 		if rank > maxRank {
-			return nil, fmt.Errorf("tensor %q: rank %d exceeds %d, the most NumPy supports", e.name, rank, maxRank)
+			return nil, formats.InTensor(e.name, fmt.Errorf("rank %d exceeds %d, the most NumPy supports", rank, maxRank))
 		}
 		if rank > 0 && dimOff+uint64(rank) > uint64(x.dimsCount) {
-			return nil, fmt.Errorf("tensor %q: dims [%d, +%d) lie outside the dims table of %d values", e.name, dimOff, rank, x.dimsCount)
+			return nil, formats.InTensor(e.name, fmt.Errorf("dims [%d, +%d) lie outside the dims table of %d values", dimOff, rank, x.dimsCount))
 		}
 		if rank == 0 {
 			e.shape = []uint64{}
@@ -137,11 +137,11 @@ func readIndex(f *file, s *section) (*index, error) {
 		}
 		for j, d := range e.shape {
 			if d == 0 {
-				return nil, fmt.Errorf("tensor %q: dimension %d of shape %v is 0", e.name, j, e.shape)
+				return nil, formats.InTensor(e.name, fmt.Errorf("dimension %d of shape %v is 0", j, e.shape))
 			}
 		}
 		if e.n, err = formats.ElementCount(e.shape); err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", e.name, err)
+			return nil, formats.InTensor(e.name, err)
 		}
 		x.entries[i] = e
 	}
@@ -157,39 +157,37 @@ func checkTensors(x *index, td *section, h *header) error {
 	}
 	for _, e := range x.entries {
 		if e.off < td.off || e.off > td.end() || e.size > td.end()-e.off {
-			return fmt.Errorf("tensor %q: data [%d, +%d) lies outside the TensorData section [%d, +%d)",
-				e.name, e.off, e.size, td.off, td.size)
+			return formats.InTensor(e.name, fmt.Errorf("data [%d, +%d) lies outside the TensorData section [%d, +%d)", e.off, e.size, td.off, td.size))
 		}
 		mismatch := func(want uint64) error {
-			return fmt.Errorf("tensor %q: data [%d, +%d) has %d bytes, %s %v needs %d",
-				e.name, e.off, e.size, e.size, e.info.name, e.shape, want)
+			return formats.InTensor(e.name, fmt.Errorf("data [%d, +%d) has %d bytes, %s %v needs %d", e.off, e.size, e.size, e.info.name, e.shape, want))
 		}
 		switch e.info.family {
 		case famPlain:
 			want, ok := mul(e.n, e.info.size)
 			if !ok {
-				return fmt.Errorf("tensor %q: %s %v: byte size overflows 64 bits", e.name, e.info.name, e.shape)
+				return formats.InTensor(e.name, fmt.Errorf("%s %v: byte size overflows 64 bits", e.info.name, e.shape))
 			}
 			if want != e.size {
 				return mismatch(want)
 			}
 		case famQ, famK:
 			if len(e.shape) != 2 {
-				return fmt.Errorf("tensor %q: %s tensors must have rank 2, not shape %v", e.name, e.info.name, e.shape)
+				return formats.InTensor(e.name, fmt.Errorf("%s tensors must have rank 2, not shape %v", e.info.name, e.shape))
 			}
 			l, err := Quant(e.code, e.shape[0], e.shape[1])
 			if err != nil {
-				return fmt.Errorf("tensor %q: %s %v: %w", e.name, e.info.name, e.shape, err)
+				return formats.InTensor(e.name, fmt.Errorf("%s %v: %w", e.info.name, e.shape, err))
 			}
 			e.quant = l
 			if e.off%payloadAlign != 0 {
-				return fmt.Errorf("tensor %q: %s payload at offset %d is not %d-byte aligned", e.name, e.info.name, e.off, payloadAlign)
+				return formats.InTensor(e.name, fmt.Errorf("%s payload at offset %d is not %d-byte aligned", e.info.name, e.off, payloadAlign))
 			}
 			if l.Size != e.size {
 				return mismatch(l.Size)
 			}
 			if h.flags&FlagTensorDataAligned64 == 0 {
-				return fmt.Errorf("tensor %q: quantized (%s) but the header flag FlagTensorDataAligned64 is not set", e.name, e.info.name)
+				return formats.InTensor(e.name, fmt.Errorf("quantized (%s) but the header flag FlagTensorDataAligned64 is not set", e.info.name))
 			}
 		case famInt:
 			if e.code == DTypeInt8 {

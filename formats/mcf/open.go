@@ -23,8 +23,16 @@ func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(Magic)) }
 // resource bytes, and every allocation is bounded by the file size. Any
 // structural problem is a one-line error naming the section or tensor; a
 // ModelInfo section that does not decode is not one (it is reported in the
-// attributes).
+// attributes). A refused file is a *formats.Error.
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+	c, err := readContainer(r, size)
+	return c, formats.Classify(formatName, err)
+}
+
+// formatName is the Format of the errors Open returns.
+const formatName = "MCF"
+
+func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("invalid file size %d", size)
 	}
@@ -87,7 +95,7 @@ func (f *file) read(off, n uint64) ([]byte, error) {
 	if err == nil || errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
-	return nil, fmt.Errorf("reading [%d, +%d): %w", off, n, err)
+	return nil, &formats.ReadError{Off: int64(off), Len: int64(n), Err: err}
 }
 
 // header is the fixed 40-byte header (docs/formats/mcf.md, "Header").
@@ -112,7 +120,7 @@ func readHeader(f *file) (*header, error) {
 		return nil, fmt.Errorf("unknown format: the file does not start with the MCF magic \"MCF\\x00\"")
 	}
 	if n < headerSize {
-		return nil, fmt.Errorf("file is %d bytes, shorter than the %d-byte MCF header", f.size, headerSize)
+		return nil, formats.Truncated("file is %d bytes, shorter than the %d-byte MCF header", f.size, headerSize)
 	}
 	h := &header{
 		major:      le.Uint16(b[4:]),
@@ -125,13 +133,16 @@ func readHeader(f *file) (*header, error) {
 	}
 	switch {
 	case h.major != Major:
-		return nil, fmt.Errorf("unsupported MCF major version %d (ztfs reads major version %d)", h.major, Major)
+		return nil, formats.Unsupported("unsupported MCF major version %d (ztfs reads major version %d)", h.major, Major)
 	case h.headerSize < headerSize:
 		return nil, fmt.Errorf("header size %d is less than %d", h.headerSize, headerSize)
 	case uint64(h.headerSize) > f.size:
-		return nil, fmt.Errorf("header size %d exceeds the file size %d", h.headerSize, f.size)
+		return nil, formats.Truncated("header size %d exceeds the file size %d", h.headerSize, f.size)
 	case h.count == 0:
 		return nil, fmt.Errorf("section count is 0")
+	case h.fileSize > f.size:
+		// Shorter than it says: a download or copy that stopped early.
+		return nil, formats.Truncated("header FileSize %d does not match the file size %d", h.fileSize, f.size)
 	case h.fileSize != f.size:
 		return nil, fmt.Errorf("header FileSize %d does not match the file size %d", h.fileSize, f.size)
 	}
@@ -166,7 +177,7 @@ func readDirectory(f *file, h *header) ([]*section, error) {
 		return nil, fmt.Errorf("section directory offset %d lies inside the header (HeaderSize %d)", h.dirOff, h.headerSize)
 	}
 	if h.dirOff > f.size || dirLen > f.size-h.dirOff {
-		return nil, fmt.Errorf("section directory [%d, +%d) extends past the end of the file (%d bytes)", h.dirOff, dirLen, f.size)
+		return nil, formats.Truncated("section directory [%d, +%d) extends past the end of the file (%d bytes)", h.dirOff, dirLen, f.size)
 	}
 	raw, err := f.read(h.dirOff, dirLen)
 	if err != nil {
@@ -181,7 +192,7 @@ func readDirectory(f *file, h *header) ([]*section, error) {
 		secs[i] = s
 		switch {
 		case s.off > f.size || s.size > f.size-s.off:
-			return nil, fmt.Errorf("section %s [%d, +%d) extends past the end of the file (%d bytes)", s, s.off, s.size, f.size)
+			return nil, formats.Truncated("section %s [%d, +%d) extends past the end of the file (%d bytes)", s, s.off, s.size, f.size)
 		case s.off < uint64(h.headerSize):
 			return nil, fmt.Errorf("section %s at offset %d starts before HeaderSize %d", s, s.off, h.headerSize)
 		case s.off < dirEnd && h.dirOff < s.end():

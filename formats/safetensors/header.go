@@ -167,7 +167,7 @@ func (p *parser) entry(name string) (entry, error) {
 		return e, err
 	}
 	if tok != json.Delim('{') {
-		return e, fmt.Errorf("tensor %q: entry is %s, not an object", name, describe(tok))
+		return e, formats.InTensor(name, fmt.Errorf("entry is %s, not an object", describe(tok)))
 	}
 	seen := make(map[string]bool, len(entryFields))
 	for p.dec.More() {
@@ -178,7 +178,7 @@ func (p *parser) entry(name string) (entry, error) {
 		switch field {
 		case "dtype", "shape", "data_offsets":
 			if seen[field] {
-				return e, fmt.Errorf("tensor %q: field %q appears twice", name, field)
+				return e, formats.InTensor(name, fmt.Errorf("field %q appears twice", field))
 			}
 			seen[field] = true
 			err = p.field(&e, field)
@@ -194,7 +194,7 @@ func (p *parser) entry(name string) (entry, error) {
 	}
 	for _, f := range entryFields {
 		if !seen[f] {
-			return e, fmt.Errorf("tensor %q: missing field %q", name, f)
+			return e, formats.InTensor(name, fmt.Errorf("missing field %q", f))
 		}
 	}
 	if e.shape == nil {
@@ -230,11 +230,11 @@ func (p *parser) dtype(e *entry) error {
 	}
 	s, ok := tok.(string)
 	if !ok {
-		return fmt.Errorf("tensor %q: dtype is %s, not a string", e.name, describe(tok))
+		return formats.InTensor(e.name, fmt.Errorf("dtype is %s, not a string", describe(tok)))
 	}
 	d, ok := parseDType(s)
 	if !ok {
-		return fmt.Errorf("tensor %q: unknown dtype %q", e.name, s)
+		return formats.InTensor(e.name, formats.Unsupported("unknown dtype %q", s))
 	}
 	e.dtypeName, e.dtype = s, d
 	return nil
@@ -248,12 +248,12 @@ func (p *parser) uints(name, field string, want int) ([]uint64, error) {
 		return nil, err
 	}
 	if tok != json.Delim('[') {
-		return nil, fmt.Errorf("tensor %q: %s is %s, not an array of integers", name, field, describe(tok))
+		return nil, formats.InTensor(name, fmt.Errorf("%s is %s, not an array of integers", field, describe(tok)))
 	}
 	var out []uint64
 	for p.dec.More() {
 		if want >= 0 && len(out) == want {
-			return nil, fmt.Errorf("tensor %q: %s needs exactly %d values, found more", name, field, want)
+			return nil, formats.InTensor(name, fmt.Errorf("%s needs exactly %d values, found more", field, want))
 		}
 		tok, err := p.token()
 		if err != nil {
@@ -261,11 +261,11 @@ func (p *parser) uints(name, field string, want int) ([]uint64, error) {
 		}
 		num, ok := tok.(json.Number)
 		if !ok {
-			return nil, fmt.Errorf("tensor %q: %s holds %s, not an integer", name, field, describe(tok))
+			return nil, formats.InTensor(name, fmt.Errorf("%s holds %s, not an integer", field, describe(tok)))
 		}
 		v, err := parseUint(num)
 		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %s value %s %v", name, field, num, err)
+			return nil, formats.InTensor(name, fmt.Errorf("%s value %s %v", field, num, err))
 		}
 		out = append(out, v)
 	}
@@ -273,7 +273,7 @@ func (p *parser) uints(name, field string, want int) ([]uint64, error) {
 		return nil, err
 	}
 	if want >= 0 && len(out) != want {
-		return nil, fmt.Errorf("tensor %q: %s needs exactly %d values, found %d", name, field, want, len(out))
+		return nil, formats.InTensor(name, fmt.Errorf("%s needs exactly %d values, found %d", field, want, len(out)))
 	}
 	return out, nil
 }

@@ -26,7 +26,7 @@ func checkLayout(entries []entry, dataSize uint64) error {
 	for i := range entries {
 		e := &entries[i]
 		if e.end < e.begin {
-			return fmt.Errorf("tensor %q: data_offsets [%d, %d] end before they begin", e.name, e.begin, e.end)
+			return formats.InTensor(e.name, fmt.Errorf("data_offsets [%d, %d] end before they begin", e.begin, e.end))
 		}
 		if err := checkSize(e); err != nil {
 			return err
@@ -43,8 +43,7 @@ func checkLayout(entries []entry, dataSize uint64) error {
 	}
 	switch {
 	case prevEnd > dataSize:
-		return fmt.Errorf("tensor %q: data ends at %d but the data buffer holds only %d bytes (file truncated?)",
-			prevName, prevEnd, dataSize)
+		return formats.InTensor(prevName, formats.Truncated("data ends at %d but the data buffer holds only %d bytes (file truncated?)", prevEnd, dataSize))
 	case prevEnd < dataSize && len(entries) == 0:
 		return fmt.Errorf("%d bytes after the header, which declares no tensor data", dataSize)
 	case prevEnd < dataSize:
@@ -60,13 +59,11 @@ func checkOffsets(e *entry, i int, prevName string, prevEnd uint64) error {
 	case e.begin == prevEnd:
 		return nil
 	case i == 0:
-		return fmt.Errorf("tensor %q: data starts at %d but the first tensor must start at 0", e.name, e.begin)
+		return formats.InTensor(e.name, fmt.Errorf("data starts at %d but the first tensor must start at 0", e.begin))
 	case e.begin < prevEnd:
-		return fmt.Errorf("tensor %q: data starts at %d but the previous tensor %q ends at %d: the tensors overlap",
-			e.name, e.begin, prevName, prevEnd)
+		return formats.InTensor(e.name, fmt.Errorf("data starts at %d but the previous tensor %q ends at %d: the tensors overlap", e.begin, prevName, prevEnd))
 	default:
-		return fmt.Errorf("tensor %q: data starts at %d but the previous tensor %q ends at %d: %d unused bytes between them",
-			e.name, e.begin, prevName, prevEnd, e.begin-prevEnd)
+		return formats.InTensor(e.name, fmt.Errorf("data starts at %d but the previous tensor %q ends at %d: %d unused bytes between them", e.begin, prevName, prevEnd, e.begin-prevEnd))
 	}
 }
 
@@ -74,20 +71,18 @@ func checkOffsets(e *entry, i int, prevName string, prevEnd uint64) error {
 func checkSize(e *entry) error {
 	n, err := formats.ElementCount(e.shape)
 	if err != nil {
-		return fmt.Errorf("tensor %q: %v", e.name, err)
+		return formats.InTensor(e.name, err)
 	}
 	info, _ := e.dtype.Info()
 	hi, nbits := bits.Mul64(n, uint64(info.Bits))
 	if hi != 0 {
-		return fmt.Errorf("tensor %q: %d elements of %s: bit count overflows 64 bits", e.name, n, e.dtypeName)
+		return formats.InTensor(e.name, fmt.Errorf("%d elements of %s: bit count overflows 64 bits", n, e.dtypeName))
 	}
 	if nbits%8 != 0 {
-		return fmt.Errorf("tensor %q: %d elements of %s (%d bits each) do not fill whole bytes",
-			e.name, n, e.dtypeName, info.Bits)
+		return formats.InTensor(e.name, fmt.Errorf("%d elements of %s (%d bits each) do not fill whole bytes", n, e.dtypeName, info.Bits))
 	}
 	if want, got := nbits/8, e.end-e.begin; got != want {
-		return fmt.Errorf("tensor %q: data_offsets [%d, %d] span %d bytes but shape %v of %s needs %d",
-			e.name, e.begin, e.end, got, e.shape, e.dtypeName, want)
+		return formats.InTensor(e.name, fmt.Errorf("data_offsets [%d, %d] span %d bytes but shape %v of %s needs %d", e.begin, e.end, got, e.shape, e.dtypeName, want))
 	}
 	return nil
 }

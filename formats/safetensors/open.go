@@ -14,8 +14,16 @@ import (
 // no tensor bytes. It applies the official reader's rules in its order, so
 // the first rule a file breaks is the one the error names, except that the
 // rules about one tensor's offsets and size come before how the tensors
-// tile the data (checkLayout).
+// tile the data (checkLayout). A refused file is a *formats.Error.
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+	c, err := readContainer(r, size)
+	return c, formats.Classify(formatName, err)
+}
+
+// formatName is the Format of the errors Open returns.
+const formatName = "safetensors"
+
+func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	raw, err := readHeader(r, size)
 	if err != nil {
 		return nil, err
@@ -36,22 +44,22 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 // many bytes, so a forged length cannot make it allocate.
 func readHeader(r io.ReaderAt, size int64) ([]byte, error) {
 	if size < 8 {
-		return nil, fmt.Errorf("file is %d bytes, too short for the 8-byte header length", max(size, 0))
+		return nil, formats.Truncated("file is %d bytes, too short for the 8-byte header length", max(size, 0))
 	}
 	var lenBuf [8]byte
 	if err := readFull(r, lenBuf[:], 0); err != nil {
-		return nil, fmt.Errorf("reading the header length: %w", err)
+		return nil, fmt.Errorf("the header length: %w", err)
 	}
 	n := binary.LittleEndian.Uint64(lenBuf[:])
 	if n > MaxHeaderSize {
 		return nil, fmt.Errorf("header length %d exceeds the limit of %d", n, MaxHeaderSize)
 	}
 	if n > uint64(size)-8 {
-		return nil, fmt.Errorf("header length %d runs past the end of the file (only %d bytes follow the length field)", n, size-8)
+		return nil, formats.Truncated("header length %d runs past the end of the file (only %d bytes follow the length field)", n, size-8)
 	}
 	raw := make([]byte, n)
 	if err := readFull(r, raw, 8); err != nil {
-		return nil, fmt.Errorf("reading the %d-byte header: %w", n, err)
+		return nil, fmt.Errorf("the %d-byte header: %w", n, err)
 	}
 	if !utf8.Valid(raw) {
 		return nil, fmt.Errorf("header is not valid UTF-8 (first bad byte at offset %d)", invalidUTF8At(raw))
@@ -69,7 +77,7 @@ func readFull(r io.ReaderAt, b []byte, off int64) error {
 	if err == nil || errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
-	return err
+	return &formats.ReadError{Off: off, Len: int64(len(b)), Err: err}
 }
 
 // invalidUTF8At returns the offset of the first byte of b that does not

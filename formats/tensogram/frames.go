@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/ztfs/ztfs/formats"
 )
 
 // Wire constants (docs/formats/tensogram.md, "Messages", "Frames and phases").
@@ -103,7 +105,7 @@ type chainEnd struct {
 // before anything is allocated.
 func (f *file) read(off, n uint64) ([]byte, error) {
 	if off > f.size || n > f.size-off {
-		return nil, fmt.Errorf("read of %d bytes at offset %d runs past the end of the %d-byte file", n, off, f.size)
+		return nil, formats.Truncated("read of %d bytes at offset %d runs past the end of the %d-byte file", n, off, f.size)
 	}
 	b := make([]byte, n)
 	m, err := f.r.ReadAt(b, int64(off))
@@ -113,7 +115,7 @@ func (f *file) read(off, n uint64) ([]byte, error) {
 	if err == nil || err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	return nil, fmt.Errorf("reading %d bytes at offset %d: %w", n, off, err)
+	return nil, &formats.ReadError{Off: int64(off), Len: int64(n), Err: err}
 }
 
 func (f *file) u64(off uint64) (uint64, error) {

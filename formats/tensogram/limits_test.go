@@ -2,6 +2,7 @@ package tensogram
 
 import (
 	"bytes"
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"runtime"
 	"strings"
 	"testing"
@@ -62,7 +63,5 @@ func TestDeepMetadataRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = open(b)
-	if err == nil || !strings.Contains(err.Error(), "header metadata frame at offset 24: invalid CBOR: cbor: exceeded max nested level 256") {
-		t.Fatalf("err = %v", err)
-	}
+	formatstest.Refused(t, err, "Tensogram", "header metadata frame at offset 24: invalid CBOR: cbor: exceeded max nested level 256")
 }

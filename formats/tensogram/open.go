@@ -24,8 +24,17 @@ const maxPreambleWarnings = 10
 
 // Open parses every message of a Tensogram file of the given size. It reads
 // frame headers, tails and CBOR, never payload bytes. Errors do not name the
-// file; they name the message and object.
+// file; they name the message and object. A refused file is a
+// *formats.Error.
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+	c, err := readContainer(r, size)
+	return c, formats.Classify(formatName, err)
+}
+
+// formatName is the Format of the errors Open returns.
+const formatName = "Tensogram"
+
+func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("invalid file size %d", size)
 	}
@@ -92,9 +101,11 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	}
 	if len(messages) == 0 {
 		if otherVersion >= 0 {
-			return nil, fmt.Errorf("unsupported Tensogram wire version %d (ztfs reads version 3)", otherVersion)
+			return nil, formats.Unsupported("unsupported Tensogram wire version %d (ztfs reads version 3)", otherVersion)
 		}
-		return nil, fmt.Errorf("no complete Tensogram message in the file")
+		// The file starts with a message preamble (detection needs it), so
+		// the message it starts is cut off.
+		return nil, formats.Truncated("no complete Tensogram message in the file")
 	}
 	if len(skipped) > 0 {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%d byte range(s) outside any message were skipped (listed in the manifest's attributes)", len(skipped)))
@@ -367,7 +378,7 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	for i, o := range objs {
 		t, err := o.tensor(index, i, names[i], msg.meta.base[i])
 		if err != nil {
-			return nil, fmt.Errorf("object %d (frame at offset %d, tensor %q): %w", i, o.frame.off, strconv.Itoa(index)+"/"+names[i], err)
+			return nil, formats.InTensor(strconv.Itoa(index)+"/"+names[i], fmt.Errorf("object %d (frame at offset %d): %w", i, o.frame.off, err))
 		}
 		msg.tensors = append(msg.tensors, t)
 	}

@@ -20,8 +20,8 @@
 //
 // Container v2 (magic 89 5A 54 32 0D 0A 1A 0A) is read strictly, as its
 // specification requires of readers: every rule is checked at open, and a
-// refusal is a *RuleError naming the rule as the upstream conformance corpus
-// does. Its shards become Container.Shards, its parts components whose
+// refusal is a *formats.Error whose Rule names the rule as the upstream
+// conformance corpus does. Its shards become Container.Shards, its parts components whose
 // digests cover their decoded bytes. V2Writer writes the canonical form.
 // The rules, and the readings where the specification is open, are in
 // docs/ztensor-v2.md.

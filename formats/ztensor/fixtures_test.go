@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // wantTensor is what a fixture's README row says about one tensor.
@@ -339,9 +340,7 @@ func TestRejectFixtures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			_, err := openBytes(readFixture(t, tt.file))
-			if err == nil || !strings.Contains(err.Error(), tt.phrase) {
-				t.Fatalf("Open error %v, want one containing %q", err, tt.phrase)
-			}
+			formatstest.Refused(t, err, "zTensor", tt.phrase)
 			if strings.Contains(err.Error(), ".zt") || strings.Contains(err.Error(), "\n") {
 				t.Errorf("error %q names a file or spans lines", err)
 			}

@@ -34,8 +34,17 @@ func Sniff(head []byte) bool {
 }
 
 // Open parses the index of a zTensor file of the given size; it reads no
-// tensor bytes. Errors do not name the file.
+// tensor bytes. Errors do not name the file; a refused file is a
+// *formats.Error.
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+	c, err := readContainer(r, size)
+	return c, formats.Classify(formatName, err)
+}
+
+// formatName is the Format of the errors Open returns.
+const formatName = "zTensor"
+
+func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("invalid file size %d", size)
 	}
@@ -70,7 +79,7 @@ func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 // before calling, so n never comes unchecked from the file.
 func readAt(r io.ReaderAt, off, n uint64) ([]byte, error) {
 	if off > 1<<63-1 || n > 1<<63-1-off {
-		return nil, fmt.Errorf("read of %d bytes at %d is out of range", n, off)
+		return nil, formats.Truncated("read of %d bytes at %d is out of range", n, off)
 	}
 	b := make([]byte, n)
 	m, err := r.ReadAt(b, int64(off))
@@ -80,7 +89,7 @@ func readAt(r io.ReaderAt, off, n uint64) ([]byte, error) {
 	if err == nil || err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	return nil, fmt.Errorf("reading %d bytes at %d: %w", n, off, err)
+	return nil, &formats.ReadError{Off: int64(off), Len: int64(n), Err: err}
 }
 
 func readUint64(r io.ReaderAt, off uint64) (uint64, error) {

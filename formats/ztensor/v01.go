@@ -21,17 +21,20 @@ var v01Keys = map[string]bool{
 // index size as the last 8 bytes.
 func openV01(r io.ReaderAt, size uint64) (*formats.Container, error) {
 	if size < 16 {
-		return nil, fmt.Errorf("the file (%d bytes) is too short for a v0.1 index size", size)
+		return nil, formats.Truncated("the file (%d bytes) is too short for a v0.1 index size", size)
 	}
 	isize, err := readUint64(r, size-8)
 	if err != nil {
 		return nil, err
 	}
+	// The writer ends every file with the size of the index before it, so
+	// a last 8 bytes that cannot be that size are most likely data or index
+	// bytes of a file that stops early.
 	if isize > maxManifest {
-		return nil, fmt.Errorf("index size %d exceeds the 1 GiB limit", isize)
+		return nil, formats.Truncated("index size %d exceeds the 1 GiB limit", isize)
 	}
 	if isize > size-16 {
-		return nil, fmt.Errorf("index size %d does not fit between magic and index size of a %d-byte file", isize, size)
+		return nil, formats.Truncated("index size %d does not fit between magic and index size of a %d-byte file", isize, size)
 	}
 	c := &formats.Container{Format: "ztensor", FormatVersion: "0.1.0", Attributes: map[string]any{}}
 	c.Tensors = []*formats.Tensor{}
@@ -59,12 +62,12 @@ func openV01(r io.ReaderAt, size uint64) (*formats.Container, error) {
 			return nil, err
 		}
 		if seen[o.name] {
-			return nil, fmt.Errorf("tensor %q: name appears more than once in the index", o.name)
+			return nil, formats.InTensor(o.name, formats.Corrupt("name appears more than once in the index"))
 		}
 		seen[o.name] = true
 		t, err := o.buildV01()
 		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", o.name, err)
+			return nil, formats.InTensor(o.name, err)
 		}
 		c.Tensors = append(c.Tensors, t)
 	}
@@ -96,7 +99,7 @@ func parseV01Tensor(i int, v any, blobEnd uint64) (*v01Object, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tensor %q: %w", name, err)
+		return nil, formats.InTensor(name, err)
 	}
 	return o, nil
 }

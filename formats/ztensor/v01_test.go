@@ -3,10 +3,10 @@ package ztensor
 import (
 	"encoding/binary"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // v01File assembles a v0.1 file: magic, blob area from offset 8, index, and
@@ -173,9 +173,7 @@ func TestV01Rejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := openBytes(tt.file(t))
-			if err == nil || !strings.Contains(err.Error(), tt.phrase) {
-				t.Fatalf("Open error %v, want one containing %q", err, tt.phrase)
-			}
+			formatstest.Refused(t, err, "zTensor", tt.phrase)
 		})
 	}
 }
@@ -225,17 +223,11 @@ func TestV10(t *testing.T) {
 
 	bad := with(csr, "components", map[string]any{"values": at(64, 12), "indices": at(128, 24), "indptr": at(200, 24)})
 	_, err := openBytes(v10File(blobs, cborOf(t, manifest(map[string]any{"m": bad}))))
-	if err == nil || !strings.Contains(err.Error(), `tensor "m": component "indptr": offset 200 is not a multiple of 64`) {
-		t.Errorf("bad offset: %v", err)
-	}
+	formatstest.Refused(t, err, "zTensor", `tensor "m": component "indptr": offset 200 is not a multiple of 64`)
 
 	notV10 := with(manifest(map[string]any{}), "version", "1.1.0")
 	_, err = openBytes(v10File(nil, cborOf(t, notV10)))
-	if err == nil || !strings.Contains(err.Error(), "footer magic missing (not ZTEN1000) and no v1.0 manifest precedes the last 8 bytes") {
-		t.Errorf("v1.1-like manifest without footer: %v", err)
-	}
+	formatstest.Refused(t, err, "zTensor", "footer magic missing (not ZTEN1000) and no v1.0 manifest precedes the last 8 bytes")
 	_, err = openBytes(v10File(nil, []byte{0xa1, 0x67, 't', 'e', 'n', 's', 'o', 'r', 's', 0xa0}))
-	if err == nil || !strings.Contains(err.Error(), "no v1.0 manifest") {
-		t.Errorf("manifest without version: %v", err)
-	}
+	formatstest.Refused(t, err, "zTensor", "no v1.0 manifest")
 }

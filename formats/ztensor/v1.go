@@ -27,7 +27,9 @@ func openV1(r io.ReaderAt, size uint64) (*formats.Container, error) {
 		return nil, err
 	}
 	if root == nil {
-		return nil, fmt.Errorf("footer magic missing (not ZTEN1000) and %s", why)
+		// A v1.1 writer ends the file with the magic, and what precedes the
+		// last 8 bytes is no v1.0 manifest either: the file stops early.
+		return nil, formats.Truncated("footer magic missing (not ZTEN1000) and %s", why)
 	}
 	return parseV10(root, start)
 }
@@ -103,11 +105,11 @@ func buildObjects(objects map[any]any, what string, parse func(name string, v an
 		}
 		o, err := parse(name, v)
 		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
+			return nil, formats.InTensor(name, err)
 		}
 		t, err := o.build()
 		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
+			return nil, formats.InTensor(name, err)
 		}
 		tensors = append(tensors, t)
 	}

@@ -58,18 +58,33 @@ const (
 	RuleShardIdentity    Rule = "ShardIdentity"
 )
 
-// RuleError is a v2 file refused under a rule of the specification.
-type RuleError struct {
-	Rule   Rule
-	Detail string
-}
-
-func (e *RuleError) Error() string {
-	return fmt.Sprintf("zTensor v2: %s (rule %s)", e.Detail, e.Rule)
-}
-
+// reject refuses a v2 file under rule: a *formats.Error whose Rule is the
+// rule's name.
 func reject(rule Rule, format string, args ...any) error {
-	return &RuleError{Rule: rule, Detail: fmt.Sprintf(format, args...)}
+	return &formats.Error{Kind: ruleKind(rule), Rule: string(rule), Err: fmt.Errorf(format, args...)}
+}
+
+// ruleKind is the kind of a refusal under rule. A file too small for its
+// footer, or whose last bytes are not the magic though its first are, is
+// one that stops early; a footer version other than 2 is a later version.
+func ruleKind(rule Rule) error {
+	switch rule {
+	case RuleFileTooSmall, RuleFooterMagic:
+		return formats.ErrTruncated
+	case RuleVersion:
+		return formats.ErrUnsupported
+	}
+	return formats.ErrCorrupt
+}
+
+// within puts context before the detail of err, which stays the
+// *formats.Error it is (and keeps its rule last in the message).
+func within(context string, err error) error {
+	if fe, ok := err.(*formats.Error); ok {
+		fe.Err = fmt.Errorf("%s: %w", context, fe.Err)
+		return fe
+	}
+	return fmt.Errorf("%s: %w", context, err)
 }
 
 // v2Footer is the last 40 bytes of a v2 file.

@@ -2,12 +2,15 @@ package ztensor
 
 import (
 	"errors"
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/ztfs/ztfs/formats"
 )
 
 // conformanceCase is one row of the upstream corpus's expected.tsv.
@@ -62,17 +65,17 @@ func TestV2ConformanceOpen(t *testing.T) {
 			if tc.rule == "FileTooSmall" {
 				// Ten zero bytes carry no magic: nothing says zTensor,
 				// and detection names the size (formats/detect).
-				if err == nil || !strings.Contains(err.Error(), "not a zTensor file") {
-					t.Fatalf("Open error %v, want not a zTensor file", err)
+				if fe := formatstest.Refused(t, err, "zTensor", "not a zTensor file"); fe.Rule != "" {
+					t.Fatalf("Open error %v under rule %s", err, fe.Rule)
 				}
 				return
 			}
-			var re *RuleError
-			if !errors.As(err, &re) {
+			var fe *formats.Error
+			if !errors.As(err, &fe) {
 				t.Fatalf("Open error %v, want rule %s (%s)", err, tc.rule, tc.contents)
 			}
-			if string(re.Rule) != tc.rule {
-				t.Fatalf("rule %s (%v), want %s (%s)", re.Rule, err, tc.rule, tc.contents)
+			if fe.Rule != tc.rule || fe.Format != "zTensor" {
+				t.Fatalf("%s rule %s (%v), want zTensor rule %s (%s)", fe.Format, fe.Rule, err, tc.rule, tc.contents)
 			}
 			if !strings.Contains(err.Error(), "rule "+tc.rule) {
 				t.Errorf("message %q does not name the rule", err)
@@ -139,8 +142,8 @@ func TestV2NonTextKeysIgnored(t *testing.T) {
 			file := v2FileRaw(m, v2Blob{4096, data})
 			c, err := openBytes(file)
 			if tt.rule != "" {
-				var re *RuleError
-				if !errors.As(err, &re) || re.Rule != tt.rule {
+				var fe *formats.Error
+				if !errors.As(err, &fe) || fe.Rule != string(tt.rule) {
 					t.Fatalf("Open: %v, want rule %s", err, tt.rule)
 				}
 				return
@@ -187,8 +190,8 @@ func TestV2ShardSizeBeyondInt64(t *testing.T) {
 			}
 			continue
 		}
-		var re *RuleError
-		if !errors.As(err, &re) || re.Rule != tt.rule || !strings.Contains(err.Error(), `shard "a"`) {
+		var fe *formats.Error
+		if !errors.As(err, &fe) || fe.Rule != string(tt.rule) || !strings.Contains(err.Error(), `shard "a"`) {
 			t.Errorf("size %d: Open: %v, want rule %s naming the shard", tt.size, err, tt.rule)
 		}
 	}
@@ -218,16 +221,19 @@ func TestV2ErrorsNameTheObject(t *testing.T) {
 		}, RuleBlobOverlap, []string{"the manifest", `object "m" part "data"`}},
 		{"decoded_length beyond int64", map[string]any{
 			"z": mkObject([]uint64{1 << 63}, "dense", map[string]any{"data": seek}),
-		}, RuleSchema, []string{`object "z"`, `part "data"`}},
+		}, RuleSchema, []string{`part "data"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// 8 KiB of blobs: the manifest follows at 8192.
 			file := v2File(t, map[string]any{"objects": tt.objects}, v2Blob{4096, make([]byte, 4096)})
 			_, err := openBytes(file)
-			var re *RuleError
-			if !errors.As(err, &re) || re.Rule != tt.rule {
+			var fe *formats.Error
+			if !errors.As(err, &fe) || fe.Rule != string(tt.rule) {
 				t.Fatalf("Open: %v, want rule %s", err, tt.rule)
+			}
+			if tt.name == "decoded_length beyond int64" && fe.Tensor != "z" {
+				t.Errorf("%q is not about tensor z", err)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {

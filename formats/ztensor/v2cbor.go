@@ -22,7 +22,7 @@ import (
 const maxCBORDepth = 32
 
 // checkDeterministic reports whether b is exactly one CBOR item in core
-// deterministic encoding; its errors are *RuleError.
+// deterministic encoding; its errors are *formats.Error with a Rule.
 func checkDeterministic(b []byte) error {
 	d := detChecker{b: b}
 	if err := d.item(0); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -145,31 +146,29 @@ func FuzzOpenV2(f *testing.F) {
 	})
 }
 
-// ruleMessage is the form of every RuleError's message.
-var ruleMessage = regexp.MustCompile(`^zTensor v2: .+ \(rule [A-Za-z]+\)$`)
+// ruleMessage is the form of the message of every refusal under a rule.
+var ruleMessage = regexp.MustCompile(`^.+ \(rule [A-Za-z]+\)$`)
 
 // checkV2Error requires err, from opening file, to be the error its
 // first and last bytes call for.
 func checkV2Error(t *testing.T, file []byte, err error) {
 	t.Helper()
 	head, tail := file[:min(8, len(file))], file[max(0, len(file)-8):]
-	var re *RuleError
-	isRule := errors.As(err, &re)
+	var fe *formats.Error
+	isRule := errors.As(err, &fe) && fe.Rule != ""
 	switch {
 	case len(file) < 8:
-		if !strings.Contains(err.Error(), "not a zTensor file") {
-			t.Fatalf("%d bytes: %v", len(file), err)
-		}
+		formatstest.Refused(t, err, "zTensor", "not a zTensor file")
 	case bytes.Equal(head, magicV01) || bytes.Equal(head, magicV1):
 		if isRule {
 			t.Fatalf("a v0.1 or v1 file refused under a v2 rule: %v", err)
 		}
 	case bytes.Equal(head, magicV2) || bytes.Equal(tail, magicV2):
-		if !isRule || !ruleMessage.MatchString(err.Error()) || !strings.HasSuffix(err.Error(), "(rule "+string(re.Rule)+")") {
+		if !isRule || !ruleMessage.MatchString(err.Error()) || !strings.HasSuffix(err.Error(), "(rule "+fe.Rule+")") {
 			t.Fatalf("a v2 file refused without a rule: %#v", err)
 		}
 	default:
-		if isRule || !strings.Contains(err.Error(), "not a zTensor file") {
+		if formatstest.Refused(t, err, "zTensor", "not a zTensor file").Rule != "" {
 			t.Fatalf("bytes without a magic: %v", err)
 		}
 	}

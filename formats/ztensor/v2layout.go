@@ -88,14 +88,12 @@ func (o *v2Object) tensor(n uint64, source map[string]int) (*formats.Tensor, err
 	if l, ok := v2Layouts[o.layout]; ok {
 		t.Layout = l
 	}
-	where := fmt.Sprintf("object %q (layout %s)", o.name, o.layout)
+	// The caller names the object, the tensor.
+	where := fmt.Sprintf("layout %s", o.layout)
 	for _, p := range o.parts {
 		c, err := p.component(source)
 		if err != nil {
-			if re, ok := err.(*RuleError); ok {
-				re.Detail = where + ": " + re.Detail
-			}
-			return nil, err
+			return nil, within(where, err)
 		}
 		t.Components = append(t.Components, c)
 	}
@@ -121,10 +119,7 @@ func (o *v2Object) tensor(n uint64, source map[string]int) (*formats.Tensor, err
 		t.Unsupported = fmt.Sprintf("layout %q is not one ztfs knows: its parts are listed as stored", o.layout)
 	}
 	if err != nil {
-		if re, ok := err.(*RuleError); ok {
-			re.Detail = where + ": " + re.Detail
-		}
-		return nil, err
+		return nil, within(where, err)
 	}
 	return t, nil
 }

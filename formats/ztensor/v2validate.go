@@ -37,25 +37,25 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 	refs := map[string][]blobRef{"": {{offset: manifest[0], length: manifest[1]}}}
 	built := &v2Built{tensors: make([]*formats.Tensor, 0, len(m.objects))}
 	for _, o := range m.objects {
-		where := fmt.Sprintf("object %q", o.name)
-		n, err := elementCount(where, o.shape)
+		// Each object is a tensor: its errors name it as one.
+		n, err := elementCount("shape", o.shape)
 		if err != nil {
-			return nil, err
+			return nil, formats.InTensor(o.name, err)
 		}
 		for _, p := range o.parts {
-			if err := p.checkBlob(where, dataEnd, ends); err != nil {
-				return nil, err
+			if err := p.checkBlob(dataEnd, ends); err != nil {
+				return nil, formats.InTensor(o.name, err)
 			}
 			if p.length > 0 {
 				refs[p.shard] = append(refs[p.shard], blobRef{p.offset, p.length, o, p})
 			}
 			if lt, ok := v2LogicalTypes[p.typ]; ok && p.dtype != lt.storage {
-				return nil, reject(RuleSchema, "%s part %q: type %q requires dtype %q, not %q", where, p.name, p.typ, lt.storage, p.dtype)
+				return nil, formats.InTensor(o.name, reject(RuleSchema, "part %q: type %q requires dtype %q, not %q", p.name, p.typ, lt.storage, p.dtype))
 			}
 		}
 		t, err := o.tensor(n, source)
 		if err != nil {
-			return nil, err
+			return nil, formats.InTensor(o.name, err)
 		}
 		built.tensors = append(built.tensors, t)
 	}
@@ -69,20 +69,20 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 
 // checkBlob applies the placement rules to one part's blob: aligned, not in
 // the header, inside the data region of the file it names.
-func (p *v2Part) checkBlob(where string, dataEnd uint64, shardEnds map[string]uint64) error {
+func (p *v2Part) checkBlob(dataEnd uint64, shardEnds map[string]uint64) error {
 	if p.offset%v2Align != 0 || p.offset < v2Align {
-		return reject(RuleBlobAlignment, "%s part %q: blob offset %d is not a multiple of %d at or after %d", where, p.name, p.offset, v2Align, v2Align)
+		return reject(RuleBlobAlignment, "part %q: blob offset %d is not a multiple of %d at or after %d", p.name, p.offset, v2Align, v2Align)
 	}
 	end, in := dataEnd, "this file"
 	if p.shard != "" {
 		e, ok := shardEnds[p.shard]
 		if !ok {
-			return reject(RuleShardRef, "%s part %q: shard %q is not in the manifest's shard table", where, p.name, p.shard)
+			return reject(RuleShardRef, "part %q: shard %q is not in the manifest's shard table", p.name, p.shard)
 		}
 		end, in = e, fmt.Sprintf("shard %q", p.shard)
 	}
 	if p.offset > end || p.length > end-p.offset {
-		return reject(RuleBlobBounds, "%s part %q: blob [%d, +%d) runs past the data region of %s, which ends at %d", where, p.name, p.offset, p.length, in, end)
+		return reject(RuleBlobBounds, "part %q: blob [%d, +%d) runs past the data region of %s, which ends at %d", p.name, p.offset, p.length, in, end)
 	}
 	return nil
 }

@@ -149,7 +149,7 @@ func (p *Pipeline) componentLocked(t *formats.Tensor, c *formats.Component) Read
 	if r, ok := p.components[c]; ok {
 		return r
 	}
-	r := withContext(p.buildComponent(t, c), fmt.Sprintf("tensor %q: component %q", t.Name, c.Role))
+	r := withContext(p.buildComponent(t, c), t, fmt.Sprintf("tensor %q: component %q", t.Name, c.Role))
 	p.components[c] = r
 	return r
 }
@@ -495,7 +495,7 @@ func (p *Pipeline) NPY(t *formats.Tensor) (Reader, error) {
 			body = newElementwise(body, 32, 2, -1, quant.F32ToF16)
 		}
 	}
-	r := withContext(&concat{prefix: info.Header, body: body}, fmt.Sprintf("tensor %q: tensor.npy", t.Name))
+	r := withContext(&concat{prefix: info.Header, body: body}, t, fmt.Sprintf("tensor %q: tensor.npy", t.Name))
 	p.npys[t] = r
 	return r, nil
 }
@@ -594,7 +594,7 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	if f.Offset > uint64(src.Size()) || f.Length > uint64(src.Size())-f.Offset {
 		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
 	}
-	return withContext(&region{src: src, off: int64(f.Offset), len: int64(f.Length)}, fmt.Sprintf("file %q", f.Name))
+	return withContext(&region{src: src, off: int64(f.Offset), len: int64(f.Length)}, nil, fmt.Sprintf("file %q", f.Name))
 }
 
 // unreadable is a reader of a known size whose reads fail with one error:
@@ -651,20 +651,43 @@ func (e exactSize) FileSpan(off, n int64) (Span, bool) {
 	return Span{}, false
 }
 
-// contextual prefixes the errors of a reader with what it serves.
+// contextual prefixes the errors of a reader with what it serves: a part
+// of tensor t (nil for a file that is no tensor's).
 type contextual struct {
 	r    Reader
+	t    *formats.Tensor
 	what string
 }
 
-func withContext(r Reader, what string) Reader { return &contextual{r, what} }
+func withContext(r Reader, t *formats.Tensor, what string) Reader { return &contextual{r, t, what} }
 
 func (c *contextual) wrap(err error) error {
 	if err == nil || err == io.EOF {
 		return err
 	}
-	return fmt.Errorf("%s: %w", c.what, err)
+	return &contextError{t: c.t, what: c.what, err: err}
 }
+
+// contextError is a failed read of what a contextual reader serves. A read
+// of tensor.npy that fails in a component of the same tensor is named by
+// the component's context alone: the message names the tensor once, and
+// the component is more precise than tensor.npy, which the caller (the
+// tree's path in cat, verify and the mount's log) names anyway.
+type contextError struct {
+	t    *formats.Tensor
+	what string
+	err  error
+}
+
+func (e *contextError) Error() string {
+	var inner *contextError
+	if e.t != nil && errors.As(e.err, &inner) && inner.t == e.t {
+		return e.err.Error()
+	}
+	return e.what + ": " + e.err.Error()
+}
+
+func (e *contextError) Unwrap() error { return e.err }
 
 func (c *contextual) Size() (int64, error) {
 	n, err := c.r.Size()

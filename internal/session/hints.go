@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ztfs/ztfs/formats/gguf"
+	"github.com/ztfs/ztfs/formats"
 )
 
 // shardName matches one file of a sharded checkpoint:
@@ -69,38 +69,17 @@ func shardHint(path string) string {
 	return fmt.Sprintf("this is one shard of a checkpoint; mount its folder (%s) for the whole model", dir)
 }
 
-// cutOffPhrases are what the formats say when a file ends before the data
-// its index describes.
-var cutOffPhrases = []string{
-	"beyond the end", "outside the file", "past the end", "truncated", "ends too early",
-	"ends before", "cut off", "footer magic missing", "no complete Tensogram message",
-}
-
-// fileSizeMismatch is MCF's complaint about a file shorter or longer than its
-// header says.
-var fileSizeMismatch = regexp.MustCompile(`FileSize ([0-9]+) does not match the file size ([0-9]+)`)
-
 // looksCutOff reports whether a failed open suggests the file ends early,
-// as an interrupted download does.
+// as an interrupted download does: a reader found it shorter than its own
+// content says, or a read came up short. A refusal of another kind may hold
+// an io.ErrUnexpectedEOF of its own (a CBOR item cut short inside a
+// frame): its Kind decides.
 func looksCutOff(err error) bool {
-	if err == nil {
-		return false
+	var fe *formats.Error
+	if errors.As(err, &fe) {
+		return errors.Is(fe.Kind, formats.ErrTruncated)
 	}
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gguf.ErrTruncated) {
-		return true
-	}
-	msg := err.Error()
-	if m := fileSizeMismatch.FindStringSubmatch(msg); m != nil {
-		want, _ := strconv.ParseUint(m[1], 10, 64)
-		have, _ := strconv.ParseUint(m[2], 10, 64)
-		return have < want
-	}
-	for _, p := range cutOffPhrases {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
+	return errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // cutOffError adds to an open error that the file looks cut off, when it

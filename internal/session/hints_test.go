@@ -1,11 +1,15 @@
 package session
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/fixtures"
 )
 
@@ -51,21 +55,24 @@ func TestCutOffFiles(t *testing.T) {
 
 // Errors that do not point at a short file get no remark.
 func TestLooksCutOff(t *testing.T) {
-	for msg, want := range map[string]bool{
-		"header FileSize 4144 does not match the file size 2072": true,
-		"header FileSize 4144 does not match the file size 5000": false,
-		"unknown dtype \"F7\"":                           false,
-		"header length 60 runs past the end of the file": true,
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{formats.Classify("MCF", formats.Truncated("header FileSize 4144 does not match the file size 2072")), true},
+		{formats.Classify("safetensors", fmt.Errorf("header: %w", formats.Truncated("header length 60 runs past the end of the file"))), true},
+		{&formats.ReadError{Off: 8, Len: 60, Err: io.ErrUnexpectedEOF}, true},
+		{formats.Classify("MCF", errors.New("header FileSize 4144 does not match the file size 5000")), false},
+		{formats.Classify("safetensors", formats.InTensor("x", formats.Unsupported("unknown dtype \"F7\""))), false},
+		{&formats.ReadError{Off: 8, Len: 60, Err: errors.New("input/output error")}, false},
+		{formats.Classify("Tensogram", fmt.Errorf("metadata frame: invalid CBOR: %w", io.ErrUnexpectedEOF)), false},
+		{nil, false},
 	} {
-		if got := looksCutOff(errorString(msg)); got != want {
-			t.Errorf("looksCutOff(%q) = %v", msg, got)
+		if got := looksCutOff(tc.err); got != tc.want {
+			t.Errorf("looksCutOff(%v) = %v", tc.err, got)
 		}
 	}
 }
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
 
 func TestShardHint(t *testing.T) {
 	dir := t.TempDir()

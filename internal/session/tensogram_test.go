@@ -5,12 +5,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
@@ -161,8 +162,9 @@ func TestPayloadSizeGateWithShuffle(t *testing.T) {
 				"sp_reference_value": 0, "sp_binary_scale_factor": 0, "sp_decimal_scale_factor": 0, "sp_bits_per_value": 16})},
 	} {
 		path := writeFile(t, rawMessage(t, []any{map[string]any{}}, dataFrame(t, tc.payload, tc.desc, false)))
-		if _, err := session.Open(path, session.Options{CacheSize: 1 << 20}); err == nil || !strings.Contains(err.Error(), "payload is") {
-			t.Errorf("%s: open gave %v", tc.name, err)
+		_, err := session.Open(path, session.Options{CacheSize: 1 << 20})
+		if fe := formatstest.Refused(t, err, "Tensogram", "payload is"); fe.Kind != formats.ErrCorrupt {
+			t.Errorf("%s: open gave %v of kind %v", tc.name, err, fe.Kind)
 		}
 	}
 }

@@ -193,13 +193,25 @@ func (t *Tensor) findProblems() []Problem {
 		}
 	}
 	switch {
-	case t.NPY != nil && t.NPY.Result == Error:
+	case t.NPY != nil && t.NPY.Result == Error && !t.componentFailedWith(t.NPY.Error):
 		out = append(out, Problem{DecodeError, t.NPY.Error})
 	case t.NPY == nil && !notDecoded:
 		out = append(out, Problem{NotVerifiable, fmt.Sprintf("tensor %q: no tensor.npy (%s): its values were not decoded beyond its component files",
 			t.Name, t.NPYMissing)})
 	}
 	return out
+}
+
+// componentFailedWith reports whether the read of one of t's components
+// failed with msg: tensor.npy failing in that component is the same
+// problem, already listed (the pipeline names the component in both).
+func (t *Tensor) componentFailedWith(msg string) bool {
+	for _, c := range t.Components {
+		if c.Read.Result == Error && c.Read.Error == msg {
+			return true
+		}
+	}
+	return false
 }
 
 // status derives t's verdict from its problems.
