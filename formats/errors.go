@@ -38,7 +38,7 @@ type Error struct {
 	// Kind is ErrTruncated, ErrCorrupt or ErrUnsupported.
 	Kind error
 	// Rule names the rule of the format's specification the file breaks,
-	// when the format names its rules (zTensor v2: docs/formats/ztensor.md).
+	// when the format names its rules (zTensor v2: docs/formats/ztensor-v2.md).
 	Rule string
 	// Err is the detail.
 	Err error

@@ -9,7 +9,7 @@ import (
 
 // Kernels of the grouped layouts of zTensor v2 (zt.quant_group/1 and
 // zt.mx/1): codes or elements unpacked to float32, and a group's value
-// applied to a run of them. The layouts' rules are in docs/ztensor-v2.md.
+// applied to a run of them. The layouts' rules are in docs/formats/ztensor-v2.md.
 
 // Packing says how integer codes sit in little-endian words.
 type Packing struct {

@@ -5,5 +5,5 @@
 //
 // Open parses the header, the metadata and the tensor infos, never a
 // tensor byte, and checks every count, length and size against the bytes
-// that follow before anything is allocated. docs/gguf.md states the rules.
+// that follow before anything is allocated. docs/formats/gguf.md states the rules.
 package gguf

@@ -24,5 +24,5 @@
 // conformance corpus does. Its shards become Container.Shards, its parts components whose
 // digests cover their decoded bytes. V2Writer writes the canonical form.
 // The rules, and the readings where the specification is open, are in
-// docs/ztensor-v2.md.
+// docs/formats/ztensor-v2.md.
 package ztensor

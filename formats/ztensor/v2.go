@@ -11,7 +11,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// Container v2 (docs/ztensor-v2.md): the magic at both ends, a 40-byte
+// Container v2 (docs/formats/ztensor-v2.md): the magic at both ends, a 40-byte
 // footer pointing at a deterministic-CBOR manifest protected by its XXH3-64,
 // and blobs at multiples of 4096.
 const (

@@ -106,7 +106,7 @@ func TestSniff(t *testing.T) {
 }
 
 // Map keys that are not text are unknown keys, which a reader must ignore
-// at every level with their values (docs/ztensor-v2.md, "Manifest"). A root
+// at every level with their values (docs/formats/ztensor-v2.md, "Manifest"). A root
 // or shard entry that skipped only such a key read its value as the next
 // key: a valid file was refused, and a root whose "objects" was the value
 // of an integer key opened with what followed as its objects.

@@ -120,7 +120,7 @@ func (p *plan) copyParts(pl *pipeline.Pipeline, t *formats.Tensor, layout string
 }
 
 // ggml keeps ggml blocks as they are stored, in the gguf.<type>/1 profile,
-// whose attributes size them (docs/ztensor-v2.md).
+// whose attributes size them (docs/formats/ztensor-v2.md).
 func (p *plan) ggml(pl *pipeline.Pipeline, t *formats.Tensor, l formats.GGML) string {
 	info, err := ggml.Lookup(ggml.Type(l.Type))
 	if err != nil {

@@ -1,7 +1,7 @@
 // Package ggml holds the block formats of ggml, the tensor library of
 // llama.cpp, whose GGUF files and zTensor v2 gguf.<type>/1 parts store
 // them: each type's block size and bytes per block, and its dequantization
-// to float32, bit-exact with ggml's reference (docs/gguf.md says why that
+// to float32, bit-exact with ggml's reference (docs/formats/gguf.md says why that
 // is possible: every product in it is exact in float32).
 package ggml
 

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-# layout words of the mount contract (docs/ztensor-v2.md, "Layouts"); other ids are shown as they are
+# layout words of the mount contract (docs/formats/ztensor-v2.md, "Layouts"); other ids are shown as they are
 LAYOUT_WORD = {"zt.sparse_csr/1": "sparse_csr", "zt.sparse_coo/1": "sparse_coo",
                "zt.quant_group/1": "quantized_group"}
 

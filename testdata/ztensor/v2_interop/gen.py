@@ -6,7 +6,7 @@
 Writes OUTDIR/*.zt, OUTDIR/expected.json and OUTDIR/expected/<file stem>/<n>.npy, then
 re-reads every file with ztread.py (a separate reader) and stops with an error if any file
 is not what it is meant to be. See README.md. Written from the zTensor v2 specification
-(Draft 4), its profiles, and the readings in docs/ztensor-v2.md only.
+(Draft 4), its profiles, and the readings in docs/formats/ztensor-v2.md only.
 """
 
 import hashlib
@@ -402,7 +402,7 @@ class Gen:
             files[fname] = e
         return {
             "schema": 1,
-            "spec": "zTensor v2 Draft 4 with profiles; readings of docs/ztensor-v2.md",
+            "spec": "zTensor v2 Draft 4 with profiles; readings of docs/formats/ztensor-v2.md",
             "files": files,
             "data_shards": dict(sorted(self.data_shards.items())),
         }
