@@ -40,6 +40,9 @@ type mountFlags struct {
 	source        sourceFlags
 	shards        shardFlags
 	noPassthrough bool
+	// cpuProfile and trace, hidden, record the server for go tool pprof
+	// and go tool trace until it stops (scripts/bench.sh PROFILE=1).
+	cpuProfile, trace string
 }
 
 func newMountCommand() *cobra.Command {
@@ -69,12 +72,16 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
 	f.check.register(fl)
 	f.npyDType.register(fl)
-	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else syslog)")
+	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else a file named after the mountpoint in /var/log/ztfs for root or $XDG_STATE_HOME/ztfs, which mount prints)")
 	f.source.register(fl)
 	f.shards.register(fl)
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve whole source files (a checkpoint's safetensors shards) through the server rather than with FUSE passthrough")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
 	_ = fl.MarkHidden("ready-fd")
+	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write the server's CPU profile here (go tool pprof)")
+	fl.StringVar(&f.trace, "trace", "", "write the server's execution trace here (go tool trace)")
+	_ = fl.MarkHidden("cpu-profile")
+	_ = fl.MarkHidden("trace")
 	return cmd
 }
 
@@ -184,6 +191,11 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if s.Unguarded != nil {
 		logf("%s: %v; raw components are copied rather than spliced, and every read of the file is checked for changes", source, s.Unguarded)
 	}
+	stopProfiles, err := startProfiles(f.cpuProfile, f.trace)
+	if err != nil {
+		logf("%v", err)
+	}
+	defer stopProfiles()
 	ready(nil)
 
 	signals := make(chan os.Signal, 2)
