@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ztfs/ztfs/cache"
 )
@@ -80,4 +81,74 @@ func TestZstdSequentialAhead(t *testing.T) {
 		wg.Wait()
 		p.Close()
 	})
+}
+
+// Readers of the blocks a decode-ahead is on its way to wait for it rather
+// than decode themselves, and each gets its block; when the decode-ahead
+// stops at damage, the readers waiting beyond it are woken and get the
+// error, none hangs.
+func TestZstdReadersWaitForDecodeAhead(t *testing.T) {
+	const bs = 4096
+	data := randomBytes(256*bs, 11)
+	stored := unsizedFrame(t, data)
+	damaged := append([]byte(nil), stored...)
+	for i := len(damaged) * 3 / 4; i < len(damaged)*3/4+64; i++ {
+		damaged[i] ^= 0x5a
+	}
+	for _, tc := range []struct {
+		name   string
+		stored []byte
+	}{{"intact", stored}, {"damaged three quarters in", damaged}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, r, z := framedComponent(t, tc.stored, int64(len(data)), Options{Cache: cache.New(64 << 20), BlockSize: bs})
+			intact := bytes.Equal(tc.stored, stored)
+			buf := make([]byte, bs)
+			if _, err := r.ReadAt(buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			done := make(chan struct{})
+			var mu sync.Mutex
+			failed := 0
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got := make([]byte, bs)
+					// Each reader takes every 16th block, all at once.
+					for k := int64(1 + g); k < 256; k += 16 {
+						n, err := r.ReadAt(got, k*bs)
+						if err != nil {
+							mu.Lock()
+							failed++
+							mu.Unlock()
+							return
+						}
+						// A damaged frame's blocks before the damage is
+						// found are what it decodes to (docs/limits.md).
+						if intact && !bytes.Equal(got[:n], data[k*bs:k*bs+int64(n)]) {
+							t.Errorf("block %d differs", k)
+							return
+						}
+					}
+				}()
+			}
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("readers still waiting after 30 s")
+			}
+			if intact {
+				if failed > 0 {
+					t.Errorf("%d readers failed on an intact stream", failed)
+				}
+				if z.aheadStarted.Load() == 0 {
+					t.Error("no decode-ahead ran")
+				}
+			} else if failed == 0 {
+				t.Error("every read of a damaged stream succeeded")
+			}
+		})
+	}
 }
