@@ -3,16 +3,20 @@ package fusefs
 import (
 	"bytes"
 	"errors"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/testenv"
 )
 
 // firstFixture returns the path of the first fixture that mounts and has
@@ -164,4 +168,56 @@ func TestXAttrs(t *testing.T) {
 	} else {
 		t.Log("getfattr not installed: its check skipped")
 	}
+}
+
+// A close costs no FLUSH request: nothing is ever written (FOPEN_NOFLUSH).
+func TestCloseSendsNoFlush(t *testing.T) {
+	testenv.RequireFUSE(t)
+	src := firstFixture(t)
+	s, err := session.Open(src, session.Options{CacheSize: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var requests syncBuffer
+	dir := t.TempDir()
+	server, err := Mount(dir, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(), Logf: t.Logf},
+		MountOptions{FsName: src, Debug: true, DebugLog: log.New(&requests, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { server.Unmount(); server.Wait() }()
+	for i := 0; i < 3; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+		if err != nil || len(b) == 0 {
+			t.Fatalf("read manifest.json: %d bytes, %v", len(b), err)
+		}
+	}
+	got := requests.String()
+	if !strings.Contains(got, "OPEN") {
+		t.Fatalf("the request log shows no OPEN; the check cannot see FLUSH either:\n%s", got)
+	}
+	// go-fuse's own probe file at mount (node 2^64-1) is not ztfs's.
+	flushes := regexp.MustCompile(`rx \d+: FLUSH n(\d+)`).FindAllStringSubmatch(got, -1)
+	if slices.ContainsFunc(flushes, func(m []string) bool { return m[1] != "18446744073709551615" }) {
+		t.Errorf("closing a file sent FLUSH requests:\n%s", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for the server's goroutines to log into.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
