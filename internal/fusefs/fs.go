@@ -282,8 +282,8 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 // a splice that runs out of slots comes back short, which go-fuse then
 // reports to the kernel as end of file. Nor may the pipe exceed
 // /proc/sys/fs/pipe-max-size (1 MiB by default, so 1 MiB requests never
-// fit): go-fuse would refuse to grow it, log the refusal and copy. Such
-// reads take the copying path.
+// fit; maxRequest does): go-fuse would refuse to grow it, log the refusal
+// and copy. Such reads take the copying path.
 func spliceFits(off, n int64) bool {
 	return spliceFitsPipe(off, n, int64(splice.MaxPipeSize()))
 }

@@ -37,10 +37,14 @@ type MountOptions struct {
 // tree of a mount never changes, so the limit only matters for memory.
 const cacheTimeout = time.Hour
 
-// maxRequest is the largest read the kernel is asked to send: with 1 MiB
-// requests a sequential reader needs an eighth of the round trips of the
-// 128 KiB default.
-const maxRequest = 1 << 20
+// maxRequest is the largest read the kernel is asked to send: 254 pages,
+// nearly an eighth of the round trips of the 128 KiB default, and the most
+// whose splice fits the default largest pipe (1 MiB, 256 pages: the reply
+// header takes one, and an unaligned range touches one more than it
+// holds). Raw reads are then spliced from the source, no copy in the
+// server: a 1 GiB raw component's first read, dd bs=1M, 0.38-0.55 s with
+// 1 MiB requests (copied), 0.24-0.25 s with these.
+const maxRequest = 1<<20 - 8<<10
 
 // Mount serves t read-only at mountpoint and returns once the mount is
 // ready. The caller waits for it with Server.Wait and ends it with

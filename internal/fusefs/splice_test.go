@@ -27,3 +27,16 @@ func TestSpliceFitsPipeMax(t *testing.T) {
 		}
 	}
 }
+
+// The mount's largest request fits the default largest pipe at any
+// alignment: raw reads of that size are spliced.
+func TestMaxRequestSplices(t *testing.T) {
+	if os.Getpagesize() != 4096 {
+		t.Skip("figures for 4 KiB pages")
+	}
+	for off := int64(0); off < 8192; off += 64 {
+		if !spliceFitsPipe(off, maxRequest, 1<<20) {
+			t.Fatalf("a %d-byte read at %d does not fit a 1 MiB pipe", maxRequest, off)
+		}
+	}
+}

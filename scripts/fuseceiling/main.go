@@ -2,7 +2,7 @@
 // allows without passthrough: a read-only mount of one file, a byte range
 // of a source file, whose reads go-fuse splices from the source with no
 // copy in the server where the pipe holds them, and that are otherwise one
-// pread into the request's buffer. It mounts with the options a ztfs mount uses (1 MiB
+// pread into the request's buffer. It mounts with the options a ztfs mount uses (254-page
 // requests, the kernel page cache kept across opens, the same read-ahead
 // and twice as many Go processors as cores), so that scripts/bench.sh can
 // compare ztfs's raw reads against what any FUSE server could reach.
@@ -75,7 +75,7 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 			FsName:           source,
 			Name:             "fuseceiling",
 			Options:          []string{"ro", "default_permissions"},
-			MaxWrite:         1 << 20,
+			MaxWrite:         1<<20 - 8<<10, // internal/fusefs/mount.go, maxRequest
 			DirectMount:      os.Geteuid() == 0,
 			DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
 		},
@@ -172,7 +172,7 @@ func (r copiedRead) Size() int                          { return len(r) }
 func (r copiedRead) Done()                              {}
 
 // spliceFits is internal/fusefs/fs.go's: whether go-fuse's pipe holds a
-// splice of n bytes at off (1 MiB requests never fit a 1 MiB pipe).
+// splice of n bytes at off (those of 254 pages always fit the default 1 MiB pipe).
 func spliceFits(off, n int64) bool {
 	const header = 16 // fuse_out_header
 	page := int64(os.Getpagesize())
