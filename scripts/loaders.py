@@ -6,9 +6,11 @@ and per tensor a checksum that does not depend on how the bytes were read,
 so that a pass over a mount can be compared with a pass over the source.
 
   loaders.py source DIR [NPROC]   the safetensors files of a model folder
-                                  (as a loader does: each file memory-mapped,
-                                  each tensor's bytes summed as 16-bit words)
-  loaders.py data MNT [NPROC]     the same through a mount's tensors/*/data
+                                  (as a loader does: each file memory-mapped
+                                  once, each tensor's bytes summed as 16-bit
+                                  words)
+  loaders.py data MNT [NPROC]     the same through a mount's tensors/*/data,
+                                  each its own file and memory map
   loaders.py npy MNT [NPROC]      every tensors/*/tensor.npy, numpy.load
                                   with mmap_mode="r", summed as float64
   loaders.py pread MNT [NPROC]    every tensors/*/data read with 1 MiB
@@ -86,9 +88,16 @@ def tensor_dir(mnt, name):
     return os.path.join(mnt, "tensors", *name.split("/"))
 
 
+# One memory map per safetensors file and process, as safetensors' safe_open
+# and transformers keep one.
+_maps = {}
+
+
 def do_source(job):
     name, path, off, length, _ = job
-    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    mm = _maps.get(path)
+    if mm is None:
+        mm = _maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
     sums, worst = timed_chunks(mm[off:off + length], word_sum)
     return name, sum(sums), length, worst
 
