@@ -275,20 +275,20 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return fh, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
-// spliceFits reports whether go-fuse's splice of n bytes at file offset off
+// SpliceFits reports whether go-fuse's splice of n bytes at file offset off
 // fits the pipe it sets up. go-fuse sizes the pipe in bytes (reply header +
 // data + one page), but a pipe holds one page per slot, the header takes a
 // slot, and an unaligned range touches one page more than its length needs:
 // a splice that runs out of slots comes back short, which go-fuse then
 // reports to the kernel as end of file. Nor may the pipe exceed
 // /proc/sys/fs/pipe-max-size (1 MiB by default, so 1 MiB requests never
-// fit; maxRequest does): go-fuse would refuse to grow it, log the refusal
+// fit; MaxRequest does): go-fuse would refuse to grow it, log the refusal
 // and copy. Such reads take the copying path.
-func spliceFits(off, n int64) bool {
+func SpliceFits(off, n int64) bool {
 	return spliceFitsPipe(off, n, int64(splice.MaxPipeSize()))
 }
 
-// spliceFitsPipe is spliceFits for pipes of at most maxPipe bytes.
+// spliceFitsPipe is SpliceFits for pipes of at most maxPipe bytes.
 func spliceFitsPipe(off, n, maxPipe int64) bool {
 	const header = 16 // fuse_out_header
 	page := int64(os.Getpagesize())
@@ -332,7 +332,7 @@ func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	n := min(int64(len(dest)), size-off)
 	if spanner, ok := r.(pipeline.FileSpanner); ok {
 		if span, ok := spanner.FileSpan(off, n); ok {
-			if spliceFits(span.Off, n) {
+			if SpliceFits(span.Off, n) {
 				return &splicedRead{span: span, size: int(n)}, 0
 			}
 			span.Release()

@@ -37,14 +37,14 @@ type MountOptions struct {
 // tree of a mount never changes, so the limit only matters for memory.
 const cacheTimeout = time.Hour
 
-// maxRequest is the largest read the kernel is asked to send: 254 pages,
+// MaxRequest is the largest read the kernel is asked to send: 254 pages,
 // nearly an eighth of the round trips of the 128 KiB default, and the most
 // whose splice fits the default largest pipe (1 MiB, 256 pages: the reply
 // header takes one, and an unaligned range touches one more than it
 // holds). Raw reads are then spliced from the source, no copy in the
 // server: a 1 GiB raw component's first read, dd bs=1M, 0.38-0.55 s with
 // 1 MiB requests (copied), 0.24-0.25 s with these.
-const maxRequest = 1<<20 - 8<<10
+const MaxRequest = 1<<20 - 8<<10
 
 // Mount serves t read-only at mountpoint and returns once the mount is
 // ready. The caller waits for it with Server.Wait and ends it with
@@ -63,7 +63,7 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		Debug:      mo.Debug,
 		Logger:     mo.DebugLog,
 		Options:    []string{"ro", "default_permissions"},
-		MaxWrite:   maxRequest,
+		MaxWrite:   MaxRequest,
 		// As root the kernel can be asked directly, with no fusermount3
 		// needed; others go through fusermount3.
 		DirectMount:      os.Geteuid() == 0,
@@ -95,20 +95,20 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		opts.OnChange(root.sourceChanged)
 	}
 	if mo.ReadAhead > 0 {
-		if err := setReadAhead(mountpoint, mo.ReadAhead); err != nil && mo.Logf != nil {
+		if err := SetReadAhead(mountpoint, mo.ReadAhead); err != nil && mo.Logf != nil {
 			mo.Logf("read-ahead left at the kernel's default: %v", err)
 		}
 	}
 	return server, nil
 }
 
-// setReadAhead sets the kernel's read-ahead for the mount at mountpoint.
+// SetReadAhead sets the kernel's read-ahead for the mount at mountpoint.
 // The FUSE protocol lets a server only lower the kernel's proposal (128
 // KiB); a larger window is set on the mount's backing device info in sysfs,
 // which only root may write. A sequential reader then has several MiB of
 // requests in flight, which the server answers on both cores while the
 // reader copies: measured 1.5-2x on a raw component's first read.
-func setReadAhead(mountpoint string, bytes int64) error {
+func SetReadAhead(mountpoint string, bytes int64) error {
 	var st syscall.Stat_t
 	if err := syscall.Stat(mountpoint, &st); err != nil {
 		return err

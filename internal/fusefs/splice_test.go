@@ -35,8 +35,8 @@ func TestMaxRequestSplices(t *testing.T) {
 		t.Skip("figures for 4 KiB pages")
 	}
 	for off := int64(0); off < 8192; off += 64 {
-		if !spliceFitsPipe(off, maxRequest, 1<<20) {
-			t.Fatalf("a %d-byte read at %d does not fit a 1 MiB pipe", maxRequest, off)
+		if !spliceFitsPipe(off, MaxRequest, 1<<20) {
+			t.Fatalf("a %d-byte read at %d does not fit a 1 MiB pipe", MaxRequest, off)
 		}
 	}
 }

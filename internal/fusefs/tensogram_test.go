@@ -345,8 +345,8 @@ func TestSpliceFits(t *testing.T) {
 		{4000, 4096*15 - 16, false},
 		{1, 1, true},
 	} {
-		if got := spliceFits(tc.off, tc.n); got != tc.fits {
-			t.Errorf("spliceFits(%d, %d) = %v", tc.off, tc.n, got)
+		if got := SpliceFits(tc.off, tc.n); got != tc.fits {
+			t.Errorf("SpliceFits(%d, %d) = %v", tc.off, tc.n, got)
 		}
 	}
 }

@@ -354,7 +354,7 @@ func (z *zstdStream) sequentialAhead() int64 {
 
 // zstdSequentialAhead bounds the decode-ahead of streams that are decoded
 // from their start: a few blocks keep the other core busy.
-const zstdSequentialAhead = 16
+const zstdSequentialAhead = 4
 
 // reading is told that a reader has block k: the stream then makes sure
 // the blocks after it up to k+sequentialAhead are being decoded, unless it

@@ -2,7 +2,7 @@
 // allows without passthrough: a read-only mount of one file, a byte range
 // of a source file, whose reads go-fuse splices from the source with no
 // copy in the server where the pipe holds them, and that are otherwise one
-// pread into the request's buffer. It mounts with the options a ztfs mount uses (254-page
+// pread into the request's buffer. It mounts with the options a ztfs mount uses (its
 // requests, the kernel page cache kept across opens, the same read-ahead
 // and twice as many Go processors as cores), so that scripts/bench.sh can
 // compare ztfs's raw reads against what any FUSE server could reach.
@@ -25,8 +25,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"github.com/hanwen/go-fuse/v2/splice"
-	"golang.org/x/sys/unix"
+
+	"github.com/ztfs/ztfs/internal/fusefs"
 )
 
 func main() {
@@ -75,7 +75,7 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 			FsName:           source,
 			Name:             "fuseceiling",
 			Options:          []string{"ro", "default_permissions"},
-			MaxWrite:         1<<20 - 8<<10, // internal/fusefs/mount.go, maxRequest
+			MaxWrite:         fusefs.MaxRequest,
 			DirectMount:      os.Geteuid() == 0,
 			DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
 		},
@@ -84,7 +84,7 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 		return err
 	}
 	if readAhead > 0 {
-		if err := setReadAhead(mountpoint, readAhead); err != nil {
+		if err := fusefs.SetReadAhead(mountpoint, readAhead); err != nil {
 			fmt.Fprintln(os.Stderr, "fuseceiling: read-ahead left at the kernel's default:", err)
 		}
 	}
@@ -96,17 +96,6 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 	}()
 	server.Wait()
 	return nil
-}
-
-// setReadAhead is internal/fusefs/mount.go's: the mount's backing device
-// info in sysfs, which only root may write.
-func setReadAhead(mountpoint string, bytes int64) error {
-	var st syscall.Stat_t
-	if err := syscall.Stat(mountpoint, &st); err != nil {
-		return err
-	}
-	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
-	return os.WriteFile(path, []byte(strconv.FormatInt(max(bytes>>10, 4), 10)), 0)
 }
 
 // dir is the mount's root: one file, "data".
@@ -149,7 +138,7 @@ func (r *rangeFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off
 		return fuse.ReadResultData(nil), 0
 	}
 	n := min(int64(len(dest)), r.size-off)
-	if spliceFits(r.off+off, n) {
+	if fusefs.SpliceFits(r.off+off, n) {
 		return fuse.ReadResultFd(r.src.Fd(), r.off+off, int(n)), 0
 	}
 	// What ztfs does too when a splice cannot fit the pipe: one copy here,
@@ -170,19 +159,3 @@ func (r copiedRead) Slices() ([][]byte, fuse.Status)    { return [][]byte{r}, fu
 func (r copiedRead) Bytes([]byte) ([]byte, fuse.Status) { return r, fuse.OK }
 func (r copiedRead) Size() int                          { return len(r) }
 func (r copiedRead) Done()                              {}
-
-// spliceFits is internal/fusefs/fs.go's: whether go-fuse's pipe holds a
-// splice of n bytes at off (those of 254 pages always fit the default 1 MiB pipe).
-func spliceFits(off, n int64) bool {
-	const header = 16 // fuse_out_header
-	page := int64(os.Getpagesize())
-	if header+n+page > int64(splice.MaxPipeSize()) {
-		return false
-	}
-	touched := (off%page + n + page - 1) / page
-	slots := int64(1)
-	for want := (n + header + page + page - 1) / page; slots < want; {
-		slots *= 2
-	}
-	return touched+1 <= slots
-}
