@@ -65,7 +65,12 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 mbps() { awk -v n="$1" -v s="$2" 'BEGIN { printf "%.0f", n / s / 1048576 }'; }
 server_pid() { pgrep -f "ztfs mount --ready-fd 3 .* $mnt\$" | head -1; }
-read_time() { local t; t=$(now); dd if="$1" of=/dev/null bs=1M status=none; elapsed "$t"; }
+# settle writes dirty pages back before a measurement: the files written
+# just before (test files, copies for squashfs) would otherwise be written
+# back during it, taking a core (one run measured a single-frame read at
+# 0.64x rather than 0.93x of the in-process decode).
+settle() { sync; }
+read_time() { local t; settle; t=$(now); dd if="$1" of=/dev/null bs=1M status=none; elapsed "$t"; }
 rows=()
 # row WORKLOAD BASELINE ZTFS RATIO TARGET: one line of the table, with the
 # peak RSS of the last ztfs server stopped by unmount_ztfs (reset here).
@@ -120,7 +125,7 @@ sq_unmount() {
 
 # Raw component, sequential 1 MiB reads.
 cat "$work/raw.zt" >/dev/null # the source in the page cache, as for the baseline
-t=$(now); dd if="$work/raw.zt" of=/dev/null bs=1M iflag=skip_bytes,count_bytes skip="$offset" count="$bytes" status=none
+settle; t=$(now); dd if="$work/raw.zt" of=/dev/null bs=1M iflag=skip_bytes,count_bytes skip="$offset" count="$bytes" status=none
 direct=$(elapsed "$t")
 bin/ztfs mount "$work/raw.zt" "$mnt"
 first=$(read_time "$mnt/tensors/big/data")
@@ -150,17 +155,17 @@ row "the same, second read" "the FUSE ceiling's second read ($(mbps "$bytes" "$c
 npsum='import sys, time, numpy as np
 t = time.time(); a = np.load(sys.argv[1], mmap_mode="r"); s = float(a.sum(dtype=np.float64)); print(time.time() - t)'
 cat "$npy_plain" >/dev/null
-plain=$("$python" -c "$npsum" "$npy_plain")
+settle; plain=$("$python" -c "$npsum" "$npy_plain")
 bin/ztfs mount "$work/raw.zt" "$mnt"
-viaztfs=$("$python" -c "$npsum" "$mnt/tensors/big/tensor.npy")
+settle; viaztfs=$("$python" -c "$npsum" "$mnt/tensors/big/tensor.npy")
 unmount_ztfs
 rm -f "$npy_plain"
 row "numpy.load(mmap_mode=\"r\") + sum, raw $size tensor.npy" "the same on a plain .npy ($(mbps "$bytes" "$plain") MiB/s)" "$(mbps "$bytes" "$viaztfs") MiB/s" "$(ratio "$plain" "$viaztfs")x" ">= 0.7x"
 
 # zstd against the in-process decoder.
 cat "$work/zstd.zt" "$work/frames.zt" >/dev/null
-read -r inproc _ < <(bin/ztgen decode "$work/zstd.zt" big)
-read -r finproc _ < <(bin/ztgen decode "$work/frames.zt" big)
+settle; read -r inproc _ < <(bin/ztgen decode "$work/zstd.zt" big)
+settle; read -r finproc _ < <(bin/ztgen decode "$work/frames.zt" big)
 bin/ztfs mount "$work/zstd.zt" "$mnt"
 zfirst=$(read_time "$mnt/tensors/big/data")
 zsecond=$(read_time "$mnt/tensors/big/data")
@@ -194,10 +199,10 @@ rm -f "$work/sq/random.bin"
 cat "$work/random.zt" "$work/random.img" >/dev/null
 reads=${RANDOM_READS:-3000}
 sq_mount "$work/random.img"
-read -r sqrand _ < <(bin/ztgen randread "$sqmnt/random.bin" "$reads" 1)
+settle; read -r sqrand _ < <(bin/ztgen randread "$sqmnt/random.bin" "$reads" 1)
 sq_unmount
 bin/ztfs mount --cache-size 256MiB "$work/random.zt" "$mnt"
-read -r zrand _ < <(bin/ztgen randread "$mnt/tensors/big/data" "$reads" 1)
+settle; read -r zrand _ < <(bin/ztgen randread "$mnt/tensors/big/data" "$reads" 1)
 unmount_ztfs
 rm -f "$work/random.zt" "$work/random.img"
 row "$reads random 4 KiB reads across a $random_size zstd file, cache 256 MiB" "squashfuse ($(awk -v n="$reads" -v s="$sqrand" 'BEGIN { printf "%.0f", n / s }') reads/s)" "$(awk -v n="$reads" -v s="$zrand" 'BEGIN { printf "%.0f", n / s }') reads/s" "$(ratio "$sqrand" "$zrand")x" ">= 1.0x"
@@ -224,7 +229,7 @@ bin/ztfs mount "$work/two.zt" "$mnt"
 one=$(read_time "$mnt/tensors/a/data")
 unmount_ztfs
 bin/ztfs mount "$work/two.zt" "$mnt"
-t=$(now)
+settle; t=$(now)
 dd if="$mnt/tensors/a/data" of=/dev/null bs=1M status=none &
 dd if="$mnt/tensors/b/data" of=/dev/null bs=1M status=none
 wait
@@ -236,7 +241,7 @@ row "two readers on two $half zstd tensors" "one reader ($(mbps "$two_bytes" "$o
 # Mount of 100,000 tensors: median of three, until the mount serves.
 times=()
 for i in 1 2 3; do
-  t=$(now); bin/ztfs mount "$work/many.zt" "$mnt"; times+=("$(elapsed "$t")")
+  settle; t=$(now); bin/ztfs mount "$work/many.zt" "$mnt"; times+=("$(elapsed "$t")")
   ls "$mnt/tensors" | wc -l | grep -qx 100000 || { echo "FAIL: mount of many.zt does not list 100000 tensors" >&2; exit 1; }
   pid=$(server_pid)
   rss=$(awk '/VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$pid/status")
@@ -259,7 +264,7 @@ for codec in zstd lz4 sp16 sp16-szip; do
   file=$work/field-$codec.tgm
   bin/ztgen tgm "$file" "$tgm_size" "$codec"
   cat "$file" >/dev/null
-  read -r inproc decoded < <(bin/ztgen tgmdecode "$file")
+  settle; read -r inproc decoded < <(bin/ztgen tgmdecode "$file")
   bin/ztfs mount "$file" "$mnt"
   first=$(read_time "$mnt/tensors/0/field/data")
   unmount_ztfs
@@ -271,7 +276,7 @@ for codec in zstd lz4 sp16 sp16-szip; do
     # includes reading its input and writing its output (page cache).
     read -r ours szbytes aecargs < <(bin/ztgen tgmszip "$file" "$work/field.sz")
     cat "$work/field.sz" >/dev/null
-    t=$(now); aec $aecargs "$work/field.sz" "$work/field.out"; aect=$(elapsed "$t")
+    settle; t=$(now); aec $aecargs "$work/field.sz" "$work/field.out"; aect=$(elapsed "$t")
     rm -f "$work/field.sz" "$work/field.out"
     row "szip decode of that field's stream (16-bit samples), ztfs's decoder in-process" "libaec's aec -d on the same stream ($(mbps "$szbytes" "$aect") MiB/s)" "$(mbps "$szbytes" "$ours") MiB/s" "$(ratio "$aect" "$ours")x" "-"
     row "the same field through the mount (szip, then simple_packing to float64), first read" "aec -d of its szip step alone" "$(mbps "$decoded" "$first") MiB/s of float64" "$(ratio "$aect" "$first")x" "-"
@@ -290,7 +295,7 @@ if want folders; then
   # A loader's pass (scripts/loaders.py): every tensor memory-mapped and
   # summed, from the source folder's files, through the mount's root files
   # (passthrough, then splice), its data components and its tensor.npy.
-  loads() { "$python" scripts/loaders.py "$@" | jq -r .seconds; }
+  loads() { settle; "$python" scripts/loaders.py "$@" | jq -r .seconds; }
   cat "$model"/* >/dev/null
   loads source "$model" >/dev/null
   direct=$(loads source "$model")
@@ -319,16 +324,16 @@ if want folders; then
   unmount_ztfs
   npy_bytes=$(bin/ztfs inspect --json "$work/model.zt" | jq '[.tensors[].npy.size] | add')
   bin/ztfs mount "$work/model.zt" "$mnt"
-  t=$(now); cat "$mnt"/tensors/*/tensor.npy >/dev/null; npy=$(elapsed "$t")
+  settle; t=$(now); cat "$mnt"/tensors/*/tensor.npy >/dev/null; npy=$(elapsed "$t")
   unmount_ztfs
   # Parallel loaders on the zstd file with a 64 MiB cache: 8 processes on
   # different tensors against one process on all of them.
   for mode in pread npy; do
     bin/ztfs mount --cache-size 64MiB "$work/model.zt" "$mnt"
-    "$python" scripts/loaders.py "$mode" "$mnt" 1 >"$work/one.json"
+    settle; "$python" scripts/loaders.py "$mode" "$mnt" 1 >"$work/one.json"
     unmount_ztfs
     bin/ztfs mount --cache-size 64MiB "$work/model.zt" "$mnt"
-    "$python" scripts/loaders.py "$mode" "$mnt" 8 >"$work/eight.json"
+    settle; "$python" scripts/loaders.py "$mode" "$mnt" 8 >"$work/eight.json"
     unmount_ztfs
     cmp -s <(jq -S .tensors "$work/one.json") <(jq -S .tensors "$work/eight.json") || { echo "FAIL: 8 $mode loaders read other bytes than one" >&2; exit 1; }
     pbytes=$(jq .bytes "$work/one.json")
@@ -348,7 +353,7 @@ if want gguf; then
   out_bytes=$((elems * 4))
   bin/ztgen gguf "$work/bench.gguf" "$elems"
   cat "$work/bench.gguf" >/dev/null
-  copy=$(bin/ztgen memcpy "$out_bytes")
+  settle; copy=$(bin/ztgen memcpy "$out_bytes")
   for t in q4_0 q8_0 q4_k q6_k; do
     bin/ztfs mount "$work/bench.gguf" "$mnt"
     npy=$(read_time "$mnt/tensors/$t/tensor.npy")
