@@ -67,26 +67,9 @@ func writeTensogram(path string, size int64, codec string) error {
 // core, each stage over the whole buffer with the fastest library at hand,
 // as the benchmark's baseline. It prints seconds and decoded bytes.
 func decodeTensogram(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	c, err := tensogram.Open(f, st.Size())
-	if err != nil {
-		return err
-	}
-	if len(c.Tensors) != 1 {
-		return fmt.Errorf("%s: %d tensors, want 1", path, len(c.Tensors))
-	}
-	comp := c.Tensors[0].Component("data")
 	start := time.Now()
-	buf := make([]byte, comp.Length)
-	if _, err := f.ReadAt(buf, int64(comp.Offset)); err != nil {
+	comp, buf, err := readField(path)
+	if err != nil {
 		return err
 	}
 	for _, step := range comp.Codecs {
@@ -141,23 +124,10 @@ func decodeTensogram(path string) error {
 // seconds ztfs's decoder takes on the same stream in-process, its decoded
 // bytes, and aec's options for it.
 func szipStream(path, out string) error {
-	f, err := os.Open(path)
+	comp, buf, err := readField(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	c, err := tensogram.Open(f, st.Size())
-	if err != nil {
-		return err
-	}
-	if len(c.Tensors) != 1 {
-		return fmt.Errorf("%s: %d tensors, want 1", path, len(c.Tensors))
-	}
-	comp := c.Tensors[0].Component("data")
 	var step *formats.Decompress
 	for _, k := range comp.Codecs {
 		if d, ok := k.(formats.Decompress); ok && d.Method == "szip" {
@@ -169,10 +139,6 @@ func szipStream(path, out string) error {
 	}
 	if _, ok := comp.Codecs[0].(formats.Decompress); !ok {
 		return fmt.Errorf("%s: szip is not the first step of the field", path)
-	}
-	buf := make([]byte, comp.Length)
-	if _, err := f.ReadAt(buf, int64(comp.Offset)); err != nil {
-		return err
 	}
 	if err := os.WriteFile(out, buf, 0o644); err != nil {
 		return err
@@ -198,4 +164,31 @@ func szipStream(path, out string) error {
 	}
 	fmt.Printf("%.3f %d %s\n", seconds, len(decoded), strings.Join(args, " "))
 	return nil
+}
+
+// readField returns the data component of a tgm file's one field and its
+// stored bytes.
+func readField(path string) (*formats.Component, []byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := tensogram.Open(f, st.Size())
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(c.Tensors) != 1 {
+		return nil, nil, fmt.Errorf("%s: %d tensors, want 1", path, len(c.Tensors))
+	}
+	comp := c.Tensors[0].Component("data")
+	buf := make([]byte, comp.Length)
+	if _, err := f.ReadAt(buf, int64(comp.Offset)); err != nil {
+		return nil, nil, err
+	}
+	return comp, buf, nil
 }
