@@ -175,6 +175,7 @@ func (z *zstdStream) measure() (int64, error) {
 		}
 		if len(data) > 0 {
 			z.out.cache.Put(z.out.key(index), data)
+			z.decoded(index)
 		}
 		if int64(len(data)) < z.blockSize {
 			c.end = true
@@ -253,8 +254,11 @@ func (z *zstdStream) waitFor(k int64) chan struct{} {
 	return ch
 }
 
-// decodedAhead wakes the readers waiting for block k.
-func (z *zstdStream) decodedAhead(k int64) {
+// decoded wakes the readers waiting for block k, which is now cached.
+// Whoever decoded it: a reader that decoded past the decode-ahead's
+// position (under mu, as the decode-ahead does) moves the decode-ahead on
+// beyond the blocks it decoded, which it would then never announce.
+func (z *zstdStream) decoded(k int64) {
 	z.waitMu.Lock()
 	defer z.waitMu.Unlock()
 	if ch, ok := z.waiters[k]; ok {
@@ -326,6 +330,7 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 			}
 		}
 		z.out.cache.Put(z.out.key(index), data)
+		z.decoded(index)
 		if index == k {
 			return data, nil
 		}
@@ -434,7 +439,6 @@ func (z *zstdStream) decodeAhead() {
 			z.aheadRunning.Store(false)
 			return
 		}
-		z.decodedAhead(k)
 	}
 }
 
