@@ -2,11 +2,11 @@ package gguf
 
 import (
 	"io"
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/cborjson"
 	"github.com/ztfs/ztfs/quant/ggml"
 )
 
@@ -134,24 +134,11 @@ func scalarAttribute(v any) any {
 	case int64:
 		return x
 	case float32:
-		return floatAttribute(float64(x))
+		return cborjson.Float(float64(x))
 	case float64:
-		return floatAttribute(x)
+		return cborjson.Float(x)
 	}
 	return v // bool, string
-}
-
-// floatAttribute keeps finite floats and names the others as strings.
-func floatAttribute(f float64) any {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	}
-	return f
 }
 
 func arrayAttribute(a Array) []any {

@@ -58,9 +58,9 @@ func Value(v any) any {
 	case uint32:
 		return uint64(x)
 	case float32:
-		return float(float64(x))
+		return Float(float64(x))
 	case float64:
-		return float(x)
+		return Float(x)
 	case *big.Int:
 		if x == nil {
 			return nil
@@ -98,8 +98,10 @@ func Value(v any) any {
 	}
 }
 
-// float renders the floats JSON lacks as text.
-func float(f float64) any {
+// Float renders the floats JSON lacks as text ("NaN", "Infinity",
+// "-Infinity") and keeps the others, for manifest.json's attribute values
+// (CBOR's here, GGUF's metadata in formats/gguf: docs/formats/gguf.md).
+func Float(f float64) any {
 	switch {
 	case math.IsNaN(f):
 		return "NaN"
@@ -207,7 +209,7 @@ func Key(k any) string {
 // floatKey writes floats as diagnostic notation does, so 1.0 stays distinct
 // from the integer 1.
 func floatKey(f float64) string {
-	if special, ok := float(f).(string); ok {
+	if special, ok := Float(f).(string); ok {
 		return special
 	}
 	s := strconv.FormatFloat(f, 'g', -1, 64)
