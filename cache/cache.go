@@ -27,18 +27,26 @@ type Cache struct {
 	streams  atomic.Uint64
 	recycle  *recycler
 
-	mu       sync.Mutex
-	used     int64
-	order    *list.List // front = most recently used; values are *entry
-	entries  map[Key]*list.Element
-	inflight map[Key]*call
+	mu    sync.Mutex
+	used  int64
+	order *list.List // front = most recently used; values are *entry
+	// spent holds the blocks a sequential reader has gone past (Spend),
+	// most recently spent first: they are evicted before any other, and
+	// beyond spentBudget, so that a stream read once reuses the memory of
+	// its own blocks rather than filling the cache with them.
+	spent       *list.List
+	spentUsed   int64
+	spentBudget int64
+	entries     map[Key]*list.Element
+	inflight    map[Key]*call
 
 	hits, misses, evictions atomic.Int64
 }
 
 type entry struct {
-	key  Key
-	data []byte
+	key   Key
+	data  []byte
+	spent bool
 }
 
 // call is a fill in progress that later readers of the same key wait for.
@@ -54,13 +62,20 @@ type call struct {
 // New returns a cache holding at most capacity bytes of blocks.
 func New(capacity int64) *Cache {
 	return &Cache{
-		capacity: capacity,
-		recycle:  newRecycler(capacity),
-		order:    list.New(),
-		entries:  make(map[Key]*list.Element),
-		inflight: make(map[Key]*call),
+		capacity:    capacity,
+		recycle:     newRecycler(capacity),
+		order:       list.New(),
+		spent:       list.New(),
+		spentBudget: SpentBudget(capacity),
+		entries:     make(map[Key]*list.Element),
+		inflight:    make(map[Key]*call),
 	}
 }
+
+// SpentBudget is the memory a cache of this capacity keeps of blocks that
+// sequential readers have gone past: enough for a reader a few blocks
+// behind another, and small enough that their memory is reused at once.
+func SpentBudget(capacity int64) int64 { return min(capacity/8, 4<<20) }
 
 // NewStream returns an identifier no other stream of this cache has.
 func (c *Cache) NewStream() uint64 { return c.streams.Add(1) }
@@ -85,8 +100,7 @@ func (c *Cache) Get(key Key, fill func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	for {
 		if el, ok := c.entries[key]; ok {
-			c.order.MoveToFront(el)
-			data := el.Value.(*entry).data
+			data := c.touchLocked(el).data
 			c.mu.Unlock()
 			c.hits.Add(1)
 			return data, nil
@@ -138,8 +152,59 @@ func (c *Cache) Peek(key Key) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	c.order.MoveToFront(el)
-	return el.Value.(*entry).data, true
+	return c.touchLocked(el).data, true
+}
+
+// touchLocked makes el's block the most recently used, taking it back from
+// the spent blocks if a reader went past it: it is wanted again.
+func (c *Cache) touchLocked(el *list.Element) *entry {
+	e := el.Value.(*entry)
+	if !e.spent {
+		c.order.MoveToFront(el)
+		return e
+	}
+	c.spent.Remove(el)
+	c.spentUsed -= int64(cap(e.data))
+	e.spent = false
+	c.entries[e.key] = c.order.PushFront(e)
+	return e
+}
+
+// Spend tells the cache that a sequential reader has gone past key's block
+// and is unlikely to want it again: the block is evicted before all others,
+// and once the spent blocks exceed SpentBudget, so that its memory serves
+// the stream's next blocks (Alloc). A block asked for again is kept as any
+// other. Only blocks that are cheap to produce again should be spent.
+func (c *Cache) Spend(key Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok || el.Value.(*entry).spent {
+		return
+	}
+	e := el.Value.(*entry)
+	c.order.Remove(el)
+	e.spent = true
+	c.entries[key] = c.spent.PushFront(e)
+	c.spentUsed += int64(cap(e.data))
+	for c.spentUsed > c.spentBudget {
+		c.evictLocked(c.spent)
+	}
+}
+
+// evictLocked evicts the least recently used block of l, which is c.order
+// or c.spent and not empty.
+func (c *Cache) evictLocked(l *list.List) {
+	last := l.Back()
+	e := last.Value.(*entry)
+	l.Remove(last)
+	delete(c.entries, e.key)
+	c.used -= int64(cap(e.data))
+	if e.spent {
+		c.spentUsed -= int64(cap(e.data))
+	}
+	c.evictions.Add(1)
+	c.recycle.retire(e.data)
 }
 
 // Put stores a block that a decoder produced on its way to another one.
@@ -164,25 +229,22 @@ func (c *Cache) insertLocked(key Key, data []byte) bool {
 		return true
 	}
 	if el, ok := c.entries[key]; ok {
-		old := el.Value.(*entry)
+		old := c.touchLocked(el)
 		c.used += size - int64(cap(old.data))
 		if unsafe.SliceData(old.data) != unsafe.SliceData(data) {
 			c.recycle.retire(old.data)
 		}
 		old.data = data
-		c.order.MoveToFront(el)
 	} else {
 		c.entries[key] = c.order.PushFront(&entry{key: key, data: data})
 		c.used += size
 	}
 	for c.used > c.capacity {
-		last := c.order.Back()
-		e := last.Value.(*entry)
-		c.order.Remove(last)
-		delete(c.entries, e.key)
-		c.used -= int64(cap(e.data))
-		c.evictions.Add(1)
-		c.recycle.retire(e.data)
+		if c.spent.Len() > 0 {
+			c.evictLocked(c.spent)
+		} else {
+			c.evictLocked(c.order)
+		}
 	}
 	return true
 }
@@ -192,12 +254,19 @@ func (c *Cache) Drop(stream uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, el := range c.entries {
-		if key.Stream == stream {
-			c.order.Remove(el)
-			delete(c.entries, key)
-			c.used -= int64(cap(el.Value.(*entry).data))
-			c.recycle.retire(el.Value.(*entry).data)
+		if key.Stream != stream {
+			continue
 		}
+		e := el.Value.(*entry)
+		if e.spent {
+			c.spent.Remove(el)
+			c.spentUsed -= int64(cap(e.data))
+		} else {
+			c.order.Remove(el)
+		}
+		delete(c.entries, key)
+		c.used -= int64(cap(e.data))
+		c.recycle.retire(e.data)
 	}
 }
 
@@ -208,13 +277,16 @@ func (c *Cache) Clear() {
 	defer c.mu.Unlock()
 	clear(c.entries)
 	c.order.Init()
-	c.used = 0
+	c.spent.Init()
+	c.used, c.spentUsed = 0, 0
 }
 
 // Stats is a snapshot of the cache's counters.
 type Stats struct {
-	Used, Capacity          int64
-	Blocks                  int
+	Used, Capacity int64
+	Blocks         int
+	// Spent is the part of Used that sequential readers have gone past.
+	Spent                   int64
 	Hits, Misses, Evictions int64
 	// Reused counts the blocks allocated in the memory of evicted ones.
 	Reused int64
@@ -228,7 +300,7 @@ func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return Stats{
-		Used: c.used, Capacity: c.capacity, Blocks: len(c.entries),
+		Used: c.used, Capacity: c.capacity, Blocks: len(c.entries), Spent: c.spentUsed,
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(), Reused: reused,
 	}
 }

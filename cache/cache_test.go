@@ -231,3 +231,107 @@ func BenchmarkGetHit(b *testing.B) {
 		}
 	})
 }
+
+func TestSpentBlocksGoFirstAndWithinTheirBudget(t *testing.T) {
+	const bs = 64 << 10
+	c := New(64 * bs) // spent budget: 4 MiB = 64 blocks; capped by capacity/8 = 8 blocks
+	if got, want := SpentBudget(c.Capacity()), int64(8*bs); got != want {
+		t.Fatalf("SpentBudget = %d, want %d", got, want)
+	}
+	s := c.NewStream()
+	for b := int64(0); b < 20; b++ {
+		c.Put(Key{s, b}, make([]byte, bs))
+	}
+	for b := int64(0); b < 12; b++ {
+		c.Spend(Key{s, b})
+	}
+	st := c.Stats()
+	if st.Spent != 8*bs || st.Blocks != 16 || st.Evictions != 4 {
+		t.Fatalf("after spending 12 blocks: %+v, want 8 spent, 16 blocks, 4 evictions", st)
+	}
+	for b := int64(0); b < 4; b++ {
+		if _, ok := c.Peek(Key{s, b}); ok {
+			t.Errorf("spent block %d beyond the budget is still cached", b)
+		}
+	}
+	// A spent block asked for again is kept as any other.
+	if _, ok := c.Peek(Key{s, 11}); !ok {
+		t.Fatal("spent block 11 within the budget was evicted")
+	}
+	// Filling the cache evicts the spent blocks before the others, even
+	// the least recently used of those never spent.
+	for b := int64(20); b < 20+64-16+7; b++ { // 7 blocks over
+		c.Put(Key{s, b}, make([]byte, bs))
+	}
+	for b := int64(4); b < 11; b++ {
+		if _, ok := c.Peek(Key{s, b}); ok {
+			t.Errorf("spent block %d survived a full cache", b)
+		}
+	}
+	for _, b := range []int64{11, 12, 19} {
+		if _, ok := c.Peek(Key{s, b}); !ok {
+			t.Errorf("block %d was evicted before the spent ones", b)
+		}
+	}
+	if st := c.Stats(); st.Spent != 0 || st.Used > c.Capacity() {
+		t.Errorf("stats after filling: %+v", st)
+	}
+}
+
+func TestSpendDropAndClearKeepTheBooks(t *testing.T) {
+	const bs = 64 << 10
+	c := New(32 * bs)
+	a, b := c.NewStream(), c.NewStream()
+	for k := int64(0); k < 4; k++ {
+		c.Put(Key{a, k}, make([]byte, bs))
+		c.Put(Key{b, k}, make([]byte, bs))
+		c.Spend(Key{a, k})
+	}
+	c.Spend(Key{a, 0}) // twice: no change
+	c.Spend(Key{b, 9}) // not cached: no change
+	if st := c.Stats(); st.Spent != 4*bs || st.Used != 8*bs {
+		t.Fatalf("stats = %+v", st)
+	}
+	c.Drop(a)
+	if st := c.Stats(); st.Spent != 0 || st.Used != 4*bs || st.Blocks != 4 {
+		t.Fatalf("after Drop: %+v", st)
+	}
+	c.Put(Key{a, 0}, make([]byte, bs))
+	c.Spend(Key{a, 0})
+	c.Put(Key{a, 0}, make([]byte, bs)) // replaced: no longer spent
+	if st := c.Stats(); st.Spent != 0 || st.Used != 5*bs {
+		t.Fatalf("after replacing a spent block: %+v", st)
+	}
+	c.Spend(Key{a, 0})
+	c.Clear()
+	if st := c.Stats(); st.Spent != 0 || st.Used != 0 || st.Blocks != 0 {
+		t.Fatalf("after Clear: %+v", st)
+	}
+	c.Put(Key{a, 1}, make([]byte, bs))
+	c.Spend(Key{a, 1})
+	if st := c.Stats(); st.Spent != bs || st.Blocks != 1 {
+		t.Fatalf("spending after Clear: %+v", st)
+	}
+}
+
+// A stream read once through a large cache reuses the memory of the blocks
+// its reader spent: after the first few, no new block memory.
+func TestSpentBlocksMemoryIsReused(t *testing.T) {
+	const bs = 1 << 20
+	c := New(512 << 20)
+	s := c.NewStream()
+	for k := int64(0); k < 64; k++ {
+		pin := c.Pin()
+		if _, err := c.Get(Key{s, k}, func() ([]byte, error) { return c.Alloc(bs), nil }); err != nil {
+			t.Fatal(err)
+		}
+		pin.Unpin()
+		if k >= 2 {
+			c.Spend(Key{s, k - 2})
+		}
+	}
+	st := c.Stats()
+	if st.Reused < 50 || st.Used > 8*bs {
+		t.Errorf("stats = %+v, want most blocks in reused memory and few cached", st)
+	}
+}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/ztfs/ztfs/cache"
 )
@@ -21,10 +22,58 @@ type cached struct {
 	stream    uint64
 	blockSize int64
 	src       blockSource
+	// passed, when set, follows sequential readers and spends the blocks
+	// they have gone past (cache.Spend).
+	passed *passedBlocks
 }
 
 func newCached(c *cache.Cache, blockSize int64, src blockSource) *cached {
 	return &cached{cache: c, stream: c.NewStream(), blockSize: blockSize, src: src}
+}
+
+// newCheapCached is newCached for a stream whose blocks are cheap to
+// produce again from its inputs, each on its own (dequantized output): a
+// sequential reader's blocks are given back to the cache once it has gone
+// past them. The kernel's page cache holds what was read; keeping the
+// blocks too would only fill the cache with fresh memory, and a fifth of a
+// dequantizing read went to faulting it in.
+func newCheapCached(c *cache.Cache, blockSize int64, src blockSource) *cached {
+	out := newCached(c, blockSize, src)
+	out.passed = &passedBlocks{}
+	return out
+}
+
+// spendLag is how many blocks behind the furthest block read a sequential
+// reader's blocks are spent: the kernel's read-ahead asks for up to four
+// 1 MiB requests at a time, which finish out of order, and a request of
+// 254 pages straddles two blocks.
+const spendLag = 4
+
+// passedBlocks follows the sequential run of reads of a stream.
+type passedBlocks struct {
+	mu    sync.Mutex
+	start int64 // the first block of the run
+	next  int64 // one past the furthest block of the run
+}
+
+// read records that block k was read and returns the blocks [from, to)
+// that a sequential reader has now gone past. The kernel's concurrent
+// requests finish out of order, so a read up to spendLag blocks either side
+// of the furthest one belongs to the run; a read further away starts a new
+// one: random access spends nothing.
+func (p *passedBlocks) read(k int64) (from, to int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case k >= p.next-spendLag && k < p.next:
+		return 0, 0
+	case k < p.next || k > p.next+spendLag:
+		p.start, p.next = k, k+1
+		return 0, 0
+	}
+	from, to = max(p.next-spendLag, p.start), k+1-spendLag
+	p.next = k + 1
+	return from, max(from, to)
 }
 
 func (c *cached) Size() (int64, error) { return c.src.size() }
@@ -67,6 +116,12 @@ func (c *cached) get(k int64) ([]byte, error) {
 	if err == nil {
 		if s, ok := c.src.(sequentialSource); ok {
 			s.reading(k)
+		}
+		if c.passed != nil {
+			from, to := c.passed.read(k)
+			for gone := from; gone < to; gone++ {
+				c.cache.Spend(c.key(gone))
+			}
 		}
 	}
 	return b, err

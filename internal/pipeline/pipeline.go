@@ -555,28 +555,28 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		if err != nil {
 			return nil, err
 		}
-		d.out = newCached(p.opts.Cache, p.opts.BlockSize, d)
+		d.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, d)
 		return d.out, nil
 	case formats.GroupQuantized:
 		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize)
 		if err != nil {
 			return nil, err
 		}
-		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
+		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
 		return g.out, nil
 	case formats.GGML:
 		g, err := newGGMLDequantized(t, l, readers, p.opts.BlockSize)
 		if err != nil {
 			return nil, err
 		}
-		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
+		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
 		return g.out, nil
 	case formats.AffineQuantized, formats.Microscaled:
 		g, err := newGrouped(t, readers, p.opts.BlockSize)
 		if err != nil {
 			return nil, err
 		}
-		g.out = newCached(p.opts.Cache, p.opts.BlockSize, g)
+		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
 		return g.out, nil
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
