@@ -282,3 +282,17 @@ func TestWaiterAfterDrop(t *testing.T) {
 	s := c.NewStream()
 	checkWaiterOfLostBlock(t, c, s, func([]byte) { c.Drop(s) })
 }
+
+func TestRecycleBudget(t *testing.T) {
+	const MiB = 1 << 20
+	for _, tc := range []struct{ capacity, want int64 }{
+		{2 * MiB, MiB / 2},   // a quarter of a small cache
+		{64 * MiB, 16 * MiB}, // the floor, whatever the size of the cache
+		{256 * MiB, 16 * MiB},
+		{512 * MiB, 32 * MiB}, // a sixteenth
+	} {
+		if got := RecycleBudget(tc.capacity); got != tc.want {
+			t.Errorf("RecycleBudget(%d MiB) = %d, want %d", tc.capacity/MiB, got, tc.want)
+		}
+	}
+}

@@ -218,13 +218,15 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	return nil
 }
 
-// serverOverhead is the memory a server needs besides its block cache
-// and what it decodes ahead: zstd decoder windows, FUSE request buffers,
-// blocks being decoded and copied. With 48 MiB the heap sat at the limit
-// while a 1 GiB component was read and collection took 18% of the
-// server's time; with 64 MiB plus the decode-ahead budget, reads of
-// 128 KiB-frame streams ran 1.6x faster (569 -> 925 MiB/s).
-const serverOverhead = 64 << 20
+// serverOverhead is the memory a server needs besides its block cache,
+// what it decodes ahead and the blocks kept for reuse: zstd decoder
+// windows (8 MiB for a level-3 stream), FUSE request and reply buffers
+// (about 20 MiB in a heap profile of a 1 GiB read), and room for the garbage
+// of a read. Once evicted blocks' memory was reused for nearly every new
+// block (cache.RecycleBudget), a read allocates little: 32 MiB gave a
+// 64 MiB cache 11-18 collections in two reads of a 1 GiB zstd stream
+// and a peak RSS of 120-124 MiB, against 7-8 and 137-142 MiB with 64.
+const serverOverhead = 32 << 20
 
 // boundMemory asks the Go runtime to collect garbage early enough that the
 // server stays near what it holds after opening the container (the index
