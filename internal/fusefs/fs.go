@@ -381,7 +381,7 @@ func (r *lentRead) Done() { r.release() }
 // splicedRead is a reply that go-fuse splices from the source file, and
 // that tells the source when the kernel has its bytes: go-fuse calls Done
 // after writing the reply. Until then a writer of the source waits (see
-// pipeline.Source.Span). go-fuse splices any reply with a Seekable method,
+// source.File.Span). go-fuse splices any reply with a Seekable method,
 // as it does its own ReadResultFd.
 type splicedRead struct {
 	span pipeline.Span

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
 
@@ -34,12 +35,12 @@ type passthrough struct {
 	asked   bool
 	decided chan struct{} // closed once usable is final
 	// usable are the sources whose whole-file files open with passthrough.
-	usable  map[*pipeline.Source]bool
+	usable  map[*source.File]bool
 	refused sync.Once
 }
 
 func newPassthrough(asked bool) *passthrough {
-	pt := &passthrough{asked: asked, decided: make(chan struct{}), usable: map[*pipeline.Source]bool{}}
+	pt := &passthrough{asked: asked, decided: make(chan struct{}), usable: map[*source.File]bool{}}
 	if !asked {
 		close(pt.decided)
 	}
@@ -63,7 +64,7 @@ func (pt *passthrough) handle(ctx context.Context, r pipeline.Reader) (fs.FileHa
 	if !pt.asked {
 		return nil, 0
 	}
-	src, ok := pipeline.AsWholeFile(r)
+	src, ok := wholeFile(r)
 	if !ok {
 		return nil, 0
 	}
@@ -89,18 +90,30 @@ func (pt *passthrough) refusedAtOpen(logf func(string, ...any), path string) {
 	})
 }
 
+// wholeFile returns the local file whose bytes are exactly r's, when there
+// is one (pipeline.AsWholeFile): only a file has a descriptor to pass
+// through.
+func wholeFile(r pipeline.Reader) (*source.File, bool) {
+	src, ok := pipeline.AsWholeFile(r)
+	if !ok {
+		return nil, false
+	}
+	f, ok := src.(*source.File)
+	return f, ok
+}
+
 // wholeFiles are the files outside tensor directories that are a whole
 // source file, grouped by source in the order first seen.
 type wholeFiles struct {
-	sources []*pipeline.Source
-	paths   map[*pipeline.Source][]string
+	sources []*source.File
+	paths   map[*source.File][]string
 	count   int
 }
 
 func findWholeFiles(t *tree.Tree) *wholeFiles {
-	w := &wholeFiles{paths: map[*pipeline.Source][]string{}}
+	w := &wholeFiles{paths: map[*source.File][]string{}}
 	for _, f := range t.OtherFiles() {
-		src, ok := pipeline.AsWholeFile(f.Reader)
+		src, ok := wholeFile(f.Reader)
 		if !ok {
 			continue
 		}
@@ -142,9 +155,9 @@ func (pt *passthrough) decide(server backingRegistrar, t *tree.Tree) string {
 	for _, src := range w.sources {
 		reason := ""
 		if !src.Guarded() {
-			reason = fmt.Sprintf("%s: the source holds no read lease, which passthrough needs (as splice does)", src.Path())
+			reason = fmt.Sprintf("%s: the source holds no read lease, which passthrough needs (as splice does)", src.Name())
 		} else if id, errno := server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(src.Fd())}); errno != 0 {
-			reason = fmt.Sprintf("%s: %s", src.Path(), backingError(errno))
+			reason = fmt.Sprintf("%s: %s", src.Name(), backingError(errno))
 		} else {
 			server.UnregisterBackingFd(id)
 			pt.usable[src] = true
@@ -158,7 +171,7 @@ func (pt *passthrough) decide(server backingRegistrar, t *tree.Tree) string {
 
 // describe says which way the whole-file files of w are served, those of
 // the usable sources with passthrough and the others for the reason why.
-func describe(w *wholeFiles, usable map[*pipeline.Source]bool, why string) string {
+func describe(w *wholeFiles, usable map[*source.File]bool, why string) string {
 	if w.count == 0 {
 		return ""
 	}

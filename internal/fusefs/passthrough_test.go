@@ -23,6 +23,7 @@ import (
 	"github.com/ztfs/ztfs/formats/detect"
 	"github.com/ztfs/ztfs/formats/safetensors"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/testenv"
 	"github.com/ztfs/ztfs/internal/tree"
 )
@@ -57,7 +58,7 @@ func writeWholeSource(t testing.TB, path string, n int64) int64 {
 // 8 bytes.
 type wholeMount struct {
 	dir  string
-	src  *pipeline.Source
+	src  *source.File
 	tree *tree.Tree
 	log  *logRecorder
 
@@ -81,7 +82,7 @@ func mountWholeWith(t testing.TB, path string, passthrough, guard bool, mo Mount
 	t.Helper()
 	testenv.RequireFUSE(t)
 	m := &wholeMount{dir: t.TempDir(), log: &logRecorder{t: t}, reads: map[string]int{}}
-	src, err := pipeline.OpenSource(path)
+	src, err := source.OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func mountWholeWith(t testing.TB, path string, passthrough, guard bool, mo Mount
 	c.Files = append(c.Files,
 		&formats.File{Name: wholeName, Offset: 0, Length: size},
 		&formats.File{Name: partName, Offset: 8, Length: size - 8})
-	p, err := pipeline.New([]*pipeline.Source{src}, pipeline.Options{Cache: cache.New(16 << 20)})
+	p, err := pipeline.New([]source.Source{src}, pipeline.Options{Cache: cache.New(16 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestWholeFileUnguarded(t *testing.T) {
 func TestWholeFileReaders(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.safetensors")
 	writeWholeSource(t, path, 1000)
-	src, err := pipeline.OpenSource(path)
+	src, err := source.OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func TestWholeFileReaders(t *testing.T) {
 		&formats.File{Name: "head", Length: size - 1},
 		&formats.File{Name: "tail", Offset: 1, Length: size - 1},
 		&formats.File{Name: "generated", Content: []byte("{}")})
-	p, err := pipeline.New([]*pipeline.Source{src}, pipeline.Options{Cache: cache.New(1 << 20)})
+	p, err := pipeline.New([]source.Source{src}, pipeline.Options{Cache: cache.New(1 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,32 +387,32 @@ func TestPassthroughChange(t *testing.T) {
 func TestDescribePassthrough(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "model.safetensors")
 	writeWholeSource(t, path, 100)
-	var srcs [2]*pipeline.Source
+	var srcs [2]*source.File
 	for i := range srcs {
-		src, err := pipeline.OpenSource(path)
+		src, err := source.OpenFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer src.Close()
 		srcs[i] = src
 	}
-	w := &wholeFiles{sources: srcs[:], count: 3, paths: map[*pipeline.Source][]string{
+	w := &wholeFiles{sources: srcs[:], count: 3, paths: map[*source.File][]string{
 		srcs[0]: {"a.safetensors"}, srcs[1]: {"b.safetensors", "c/b.safetensors"}}}
 	for _, tc := range []struct {
-		usable map[*pipeline.Source]bool
+		usable map[*source.File]bool
 		want   string
 	}{
-		{map[*pipeline.Source]bool{srcs[0]: true, srcs[1]: true},
+		{map[*source.File]bool{srcs[0]: true, srcs[1]: true},
 			"the 3 files that are whole source files (such as a.safetensors) are served with FUSE passthrough: the kernel reads the source files directly"},
 		{nil, "the 3 files that are whole source files (such as a.safetensors) are served by copying: why"},
-		{map[*pipeline.Source]bool{srcs[0]: true},
+		{map[*source.File]bool{srcs[0]: true},
 			"1 of the 3 files that are whole source files are served with FUSE passthrough; the others, such as b.safetensors, by copying: why"},
 	} {
 		if got := describe(w, tc.usable, "why"); got != tc.want {
 			t.Errorf("got  %s\nwant %s", got, tc.want)
 		}
 	}
-	one := &wholeFiles{sources: srcs[:1], count: 1, paths: map[*pipeline.Source][]string{srcs[0]: {"a.safetensors"}}}
+	one := &wholeFiles{sources: srcs[:1], count: 1, paths: map[*source.File][]string{srcs[0]: {"a.safetensors"}}}
 	if got, want := describe(one, nil, "why"), "the file that is a whole source file (a.safetensors) is served by copying: why"; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}

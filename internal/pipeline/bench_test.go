@@ -12,6 +12,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -52,7 +53,7 @@ func newBenchSource(b *testing.B, compress bool, dt formats.DType) *benchSource 
 	var fb fileBuilder
 	off := fb.add(stored)
 	src := fb.open(b)
-	p, err := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
+	p, err := New([]source.Source{src}, Options{Cache: cache.New(64 << 20)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func BenchmarkBaselineZstdRead(b *testing.B) {
 // benchQuantized lays out a [rows, cols] tensor quantized with method
 // ("q4", "k4", ...) as MCF stores it and returns its tensor; the float32
 // output is rows × cols × 4 bytes.
-func benchQuantized(b testing.TB, method string, rows, cols int) (*Source, *formats.Tensor) {
+func benchQuantized(b testing.TB, method string, rows, cols int) (*source.File, *formats.Tensor) {
 	b.Helper()
 	raw := benchWeights(rows * cols * 4)
 	values := make([]float32, rows*cols)
@@ -214,7 +215,7 @@ func benchmarkDequantizedNPY(b *testing.B, method string) {
 	b.SetBytes(2048 * 4096 * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
+		p, _ := New([]source.Source{src}, Options{Cache: cache.New(64 << 20)})
 		r, err := p.NPY(tensor)
 		if err != nil {
 			b.Fatal(err)
@@ -255,7 +256,7 @@ func benchmarkGroupNPY(b *testing.B, gptq bool) {
 	b.SetBytes(rows * cols * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
+		p, _ := New([]source.Source{src}, Options{Cache: cache.New(64 << 20)})
 		r, err := p.NPY(tensor)
 		if err != nil {
 			b.Fatal(err)
@@ -315,7 +316,7 @@ func benchmarkFramesComponent(b *testing.B, frameSize int) {
 	b.SetBytes(benchBytes)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		p, _ := New([]*Source{src}, Options{Cache: cache.New(64 << 20)})
+		p, _ := New([]source.Source{src}, Options{Cache: cache.New(64 << 20)})
 		readSequential(b, p.Component(tensor, c))
 		p.Close()
 	}
@@ -353,7 +354,7 @@ func benchmarkRandom4K(b *testing.B, frameSize int) {
 	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
 	src := fb.open(b)
 	tensor := &formats.Tensor{Name: "bench", Components: []*formats.Component{c}}
-	p, _ := New([]*Source{src}, Options{Cache: cache.New(8 << 20)})
+	p, _ := New([]source.Source{src}, Options{Cache: cache.New(8 << 20)})
 	b.Cleanup(p.Close)
 	r := p.Component(tensor, c)
 	rng := rand.New(rand.NewSource(1))

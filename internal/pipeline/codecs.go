@@ -484,7 +484,7 @@ func (p *Pipeline) buildMasks(decoded Reader, c *formats.Component, m *formats.M
 		if blob.Offset > uint64(src.Size()) || blob.Length > uint64(src.Size())-blob.Offset {
 			return nil, fmt.Errorf("mask blob [%d, +%d) lies outside the source", blob.Offset, blob.Length)
 		}
-		stored := Reader(&region{src: src, off: int64(mask.Offset), len: int64(mask.Length)})
+		stored := Reader(newRegion(src, int64(mask.Offset), int64(mask.Length)))
 		mask.Codecs = []formats.Codec{formats.BitmaskDecode{Method: blob.Method, Count: m.Count}}
 		bits, err := p.buildCodecs(stored, mask)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -16,6 +17,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // fileBuilder lays out test components in a source file.
@@ -33,14 +35,14 @@ func (b *fileBuilder) add(stored []byte) uint64 {
 	return off
 }
 
-func (b *fileBuilder) open(t testing.TB) *Source {
+func (b *fileBuilder) open(t testing.TB) *source.File {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "src.bin")
 	b.buf.WriteString("trailer")
 	if err := os.WriteFile(path, b.buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, err := OpenSource(path)
+	src, err := source.OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,27 @@ func (b *fileBuilder) open(t testing.TB) *Source {
 	return src
 }
 
-func newTestPipeline(t *testing.T, src *Source, opts Options) *Pipeline {
+// guard takes the source's read lease, which the tests' own files always
+// allow on Linux. Elsewhere there are no leases, and the tests that need
+// one are skipped.
+func guard(t testing.TB, src *source.File) {
+	t.Helper()
+	if err := src.Guard(); err != nil {
+		if runtime.GOOS != "linux" {
+			t.Skipf("no read lease: %v", err)
+		}
+		t.Fatalf("read lease refused: %v", err)
+	}
+}
+
+// releaseSpan releases a span that was granted.
+func releaseSpan(span Span, ok bool) {
+	if ok {
+		span.Release()
+	}
+}
+
+func newTestPipeline(t *testing.T, src source.Source, opts Options) *Pipeline {
 	t.Helper()
 	if opts.Cache == nil {
 		opts.Cache = cache.New(64 << 20)
@@ -56,7 +78,7 @@ func newTestPipeline(t *testing.T, src *Source, opts Options) *Pipeline {
 	if opts.BlockSize == 0 {
 		opts.BlockSize = 4096
 	}
-	p, err := New([]*Source{src}, opts)
+	p, err := New([]source.Source{src}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -70,7 +71,7 @@ const DefaultBlockSize = 1 << 20
 // built on first use, so opening a container with many tensors costs
 // nothing here.
 type Pipeline struct {
-	srcs []*Source
+	srcs []source.Source
 	opts Options
 	pool *decoderPool
 
@@ -82,8 +83,9 @@ type Pipeline struct {
 }
 
 // New returns the pipeline of the source files of one container: srcs[0]
-// is the container's own file, srcs[k] the file Component.Source k names.
-func New(srcs []*Source, opts Options) (*Pipeline, error) {
+// is the container's own file, srcs[k] the file Component.Source k names,
+// nil (not a nil *source.File) for one that is not open.
+func New(srcs []source.Source, opts Options) (*Pipeline, error) {
 	if len(srcs) == 0 || srcs[0] == nil {
 		return nil, errors.New("pipeline: no source")
 	}
@@ -116,7 +118,7 @@ func (p *Pipeline) Close() { p.pool.close() }
 
 // Sources returns the source files the pipeline reads, the container's
 // own first.
-func (p *Pipeline) Sources() []*Source { return p.srcs }
+func (p *Pipeline) Sources() []source.Source { return p.srcs }
 
 // SourceError says why source file k cannot be read, nil when it can.
 func (p *Pipeline) SourceError(k int) error {
@@ -125,7 +127,7 @@ func (p *Pipeline) SourceError(k int) error {
 }
 
 // source returns source file k, or why it cannot be read.
-func (p *Pipeline) source(k int) (*Source, error) {
+func (p *Pipeline) source(k int) (source.Source, error) {
 	switch {
 	case k < 0 || k >= len(p.srcs):
 		return nil, fmt.Errorf("source file %d does not exist (the container has %d)", k, len(p.srcs))
@@ -164,9 +166,9 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 		return failing{err}
 	}
 	if c.Offset > uint64(src.Size()) || c.Length > uint64(src.Size())-c.Offset {
-		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source %s", c.Offset, c.Length, src.Size(), src.Path())}
+		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source %s", c.Offset, c.Length, src.Size(), src.Name())}
 	}
-	var stored Reader = &region{src: src, off: int64(c.Offset), len: int64(c.Length)}
+	var stored Reader = newRegion(src, int64(c.Offset), int64(c.Length))
 	var storedCheck *verdict
 	if c.Digest != "" && !c.DigestDecoded && p.verifies(c) {
 		v, err := p.verdictLocked(t, c)
@@ -236,11 +238,11 @@ func (p *Pipeline) fileVerdictLocked(k int) *verdict {
 	v := &verdict{check: func() error {
 		err := digest.Check(src, 0, src.Size(), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
-			p.opts.Logf("%s: %v; served unverified", src.Path(), err)
+			p.opts.Logf("%s: %v; served unverified", src.Name(), err)
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: the whole file's digest: %w", src.Path(), err)
+			return fmt.Errorf("%s: the whole file's digest: %w", src.Name(), err)
 		}
 		return nil
 	}}
@@ -357,7 +359,7 @@ func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verd
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: bytes [%d, +%d): %w", src.Path(), key.off, key.length, err)
+			return fmt.Errorf("%s: bytes [%d, +%d): %w", src.Name(), key.off, key.length, err)
 		}
 		return nil
 	}}
@@ -594,7 +596,7 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	if f.Offset > uint64(src.Size()) || f.Length > uint64(src.Size())-f.Offset {
 		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
 	}
-	return withContext(&region{src: src, off: int64(f.Offset), len: int64(f.Length)}, nil, fmt.Sprintf("file %q", f.Name))
+	return withContext(newRegion(src, int64(f.Offset), int64(f.Length)), nil, fmt.Sprintf("file %q", f.Name))
 }
 
 // unreadable is a reader of a known size whose reads fail with one error:

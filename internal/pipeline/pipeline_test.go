@@ -8,18 +8,37 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/source"
 )
+
+// countedSpans is a file source that counts the spans it granted and that
+// were not released yet.
+type countedSpans struct {
+	*source.File
+	open atomic.Int64
+}
+
+func (c *countedSpans) Span() (func(), bool) {
+	release, ok := c.File.Span()
+	if !ok {
+		return nil, false
+	}
+	c.open.Add(1)
+	return func() { c.open.Add(-1); release() }, true
+}
 
 func TestRawDenseComponentAndNPY(t *testing.T) {
 	var b fileBuilder
 	data := f32Bytes(1, 2, 3, 4, 5, 6)
 	off := b.add(data)
-	src := b.open(t)
-	guard(t, src)
+	file := b.open(t)
+	guard(t, file)
+	src := &countedSpans{File: file}
 	p := newTestPipeline(t, src, Options{})
 	c := rawComponent("data", formats.F32, off, data)
 	tensor := &formats.Tensor{Name: "w", Shape: []uint64{2, 3}, DType: formats.F32, Layout: "dense",
@@ -58,12 +77,35 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 		span.Release()
 		t.Error("npy FileSpan across the header")
 	}
-	if src.inflight.Load() != 0 {
-		t.Errorf("%d reads still in flight", src.inflight.Load())
+	if open := src.open.Load(); open != 0 {
+		t.Errorf("%d spans not released", open)
 	}
 	info, err := NPYOf(tensor)
 	if err != nil || info.Size != uint64(len(whole)) {
 		t.Errorf("NPYOf size %d, %v; file has %d", info.Size, err, len(whole))
+	}
+}
+
+// A source the kernel cannot splice from (no source.Spanner, as a remote
+// object will be) is read, never spanned, even where a file would be.
+func TestSourceWithoutSpans(t *testing.T) {
+	var b fileBuilder
+	data := f32Bytes(1, 2, 3, 4)
+	off := b.add(data)
+	file := b.open(t)
+	guard(t, file)
+	src := struct{ source.Source }{file} // hides Fd and Span
+	p := newTestPipeline(t, src, Options{})
+	c := rawComponent("data", formats.F32, off, data)
+	tensor := &formats.Tensor{Name: "w", Shape: []uint64{4}, DType: formats.F32, Layout: "dense",
+		Components: []*formats.Component{c}, Logical: formats.Dense{Role: "data", DType: formats.F32}}
+	r := p.Component(tensor, c)
+	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+		t.Fatalf("component = %x", got)
+	}
+	if span, ok := r.(FileSpanner).FileSpan(0, 8); ok {
+		span.Release()
+		t.Error("FileSpan of a source that cannot splice")
 	}
 }
 
@@ -361,14 +403,14 @@ func TestSourceChangeFailsReads(t *testing.T) {
 	p := newTestPipeline(t, src, Options{})
 	r := p.Component(&formats.Tensor{}, rawComponent("data", formats.F32, off, data))
 	mustReadAll(t, r)
-	f, err := os.OpenFile(src.Path(), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(src.Name(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.WriteString("appended")
 	f.Close()
 	// No wait: the open broke the lease before the append could start.
-	if _, err := readAll(t, r, 100); !errors.Is(err, ErrSourceChanged) {
+	if _, err := readAll(t, r, 100); !errors.Is(err, source.ErrChanged) {
 		t.Fatalf("after append: %v", err)
 	}
 	if span, ok := r.(FileSpanner).FileSpan(0, 4); ok {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // Reader is one stage of a pipeline: a byte stream read at any offset.
@@ -20,7 +22,8 @@ type Reader interface {
 
 // FileSpanner is implemented by readers whose bytes are, over some ranges,
 // a byte range of the source file, so that a caller can hand the kernel the
-// file descriptor instead of copying (splice).
+// file descriptor instead of copying (splice). Only a source the kernel can
+// splice from (source.Spanner) grants spans.
 type FileSpanner interface {
 	// FileSpan reports whether the n bytes at off are the source's bytes at
 	// span.Off of the file descriptor span.Fd, and whether the kernel may
@@ -36,15 +39,15 @@ type WholeFile interface {
 	// WholeFile returns the source whose bytes, all of them and nothing
 	// else, are the reader's, and whether there is one. It says nothing of
 	// whether the bytes may be handed out unchecked: a caller that lets the
-	// kernel read the file directly must first see that the source is
-	// guarded (Source.Guarded), as Span does, since no code of ztfs runs
-	// for such reads.
-	WholeFile() (src *Source, ok bool)
+	// kernel read the file directly must first see that the source is a
+	// local file that is guarded (source.File.Guarded), as Span does, since
+	// no code of ztfs runs for such reads.
+	WholeFile() (src source.Source, ok bool)
 }
 
 // AsWholeFile returns the source r is exactly, when it says so (see
 // WholeFile). A wrapper that changes no byte forwards to it.
-func AsWholeFile(r Reader) (*Source, bool) {
+func AsWholeFile(r Reader) (source.Source, bool) {
 	if w, ok := r.(WholeFile); ok {
 		return w.WholeFile()
 	}
@@ -117,8 +120,15 @@ func (b Bytes) ReadAt(p []byte, off int64) (int, error) {
 
 // region serves a byte range of the source as stored.
 type region struct {
-	src      *Source
+	src      source.Source
+	spanner  source.Spanner // src, when the kernel can splice from it
 	off, len int64
+}
+
+func newRegion(src source.Source, off, n int64) *region {
+	r := &region{src: src, off: off, len: n}
+	r.spanner, _ = src.(source.Spanner)
+	return r
 }
 
 func (r *region) Size() (int64, error) { return r.len, nil }
@@ -139,18 +149,18 @@ func (r *region) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (r *region) FileSpan(off, n int64) (Span, bool) {
-	if off < 0 || n < 0 || off > r.len || n > r.len-off {
+	if r.spanner == nil || off < 0 || n < 0 || off > r.len || n > r.len-off {
 		return Span{}, false
 	}
-	release, ok := r.src.Span()
+	release, ok := r.spanner.Span()
 	if !ok {
 		return Span{}, false
 	}
-	return Span{Fd: r.src.Fd(), Off: r.off + off, release: release}, true
+	return Span{Fd: r.spanner.Fd(), Off: r.off + off, release: release}, true
 }
 
 // WholeFile reports whether the region is the whole source file.
-func (r *region) WholeFile() (*Source, bool) {
+func (r *region) WholeFile() (source.Source, bool) {
 	if r.off != 0 || r.len != r.src.Size() {
 		return nil, false
 	}

@@ -54,7 +54,7 @@ func ResolveSizes(files []File, c *formats.Container, limit int64) error {
 	return nil
 }
 
-// File is a source file as ResolveSizes reads it: a *Source, or any
+// File is a source file as ResolveSizes reads it: a source.Source, or any
 // other reader of known size.
 type File interface {
 	io.ReaderAt

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 func TestPassedBlocks(t *testing.T) {
@@ -41,7 +42,7 @@ func TestPassedBlocks(t *testing.T) {
 func TestDequantizedReadOnceReusesMemory(t *testing.T) {
 	src, tensor := benchQuantized(t, "q4", 1024, 4096) // 16 MiB of float32
 	read := func(c *cache.Cache, order func(n int) []int) []byte {
-		p, err := New([]*Source{src}, Options{Cache: c})
+		p, err := New([]source.Source{src}, Options{Cache: c})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // zstdOf returns the zstd stage behind a component reader.
@@ -455,7 +456,7 @@ func TestZstdFramesConcurrentReaders(t *testing.T) {
 		want = append(want, data)
 	}
 	src := b.open(t)
-	p, err := New([]*Source{src}, Options{Cache: cache.New(256 << 10), BlockSize: 4096, Decoders: 2})
+	p, err := New([]source.Source{src}, Options{Cache: cache.New(256 << 10), BlockSize: 4096, Decoders: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,12 +566,12 @@ func TestZstdFramesWriterRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			src, err := OpenSource(path)
+			src, err := source.OpenFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			p, err := New([]*Source{src}, Options{Cache: cache.New(16 << 20), Verify: VerifyAll})
+			p, err := New([]source.Source{src}, Options{Cache: cache.New(16 << 20), Verify: VerifyAll})
 			if err != nil {
 				t.Fatal(err)
 			}

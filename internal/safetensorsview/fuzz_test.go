@@ -16,19 +16,20 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/safetensorsview"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // srcSize is the size of the source file the synthetic containers read.
 const srcSize = 1 << 16
 
 // openSource writes srcSize random bytes to a file and opens it.
-func openSource(t testing.TB) *pipeline.Source {
+func openSource(t testing.TB) *source.File {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "src.bin")
 	if err := os.WriteFile(path, randBytes(rand.New(rand.NewSource(4)), srcSize), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, err := pipeline.OpenSource(path)
+	src, err := source.OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,9 +37,9 @@ func openSource(t testing.TB) *pipeline.Source {
 	return src
 }
 
-func newPipeline(t testing.TB, src *pipeline.Source) *pipeline.Pipeline {
+func newPipeline(t testing.TB, src *source.File) *pipeline.Pipeline {
 	t.Helper()
-	p, err := pipeline.New([]*pipeline.Source{src}, pipeline.Options{Cache: cache.New(4 << 20), BlockSize: 4096})
+	p, err := pipeline.New([]source.Source{src}, pipeline.Options{Cache: cache.New(4 << 20), BlockSize: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // A model folder is what a model hub hands out: weight files of any format,
@@ -271,7 +271,7 @@ func unwrapPath(err error) error {
 // listFolder looked at it cannot lead outside. The kernel's path for the
 // descriptor says where the open went; without /proc, the path resolved
 // again must be the file that was opened.
-func (fd *folder) checkOpened(name, path string, src *pipeline.Source) error {
+func (fd *folder) checkOpened(name, path string, src *source.File) error {
 	if fd.roots == nil {
 		return nil
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/detect"
-	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
 
@@ -207,7 +207,7 @@ func classify(fd *folder, given *weightIndex) (map[string]string, []*weightIndex
 	formatOf := map[string]string{}
 	var indexes []*weightIndex
 	for _, e := range fd.Entries {
-		src, err := pipeline.OpenSource(e.Path)
+		src, err := source.OpenFile(e.Path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
 		}
@@ -278,7 +278,7 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 // openFolderFile opens file e of the folder as the session's next source,
 // and checks where the kernel resolved it to: a symlink swapped after the
 // folder was listed cannot lead outside it.
-func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*pipeline.Source, error) {
+func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*source.File, error) {
 	src, err := s.openSource(e.Path, guard)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/detect"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
 
@@ -33,7 +34,7 @@ type Options struct {
 	// Logf receives notes of the pipeline; nil discards them.
 	Logf func(format string, args ...any)
 	// Guard takes a read lease on every source file and watches it for
-	// changes (pipeline.Source.Guard), as a mount, which lives long, should.
+	// changes (source.File.Guard), as a mount, which lives long, should.
 	Guard bool
 	// FollowSymlinks lets a model folder's symlinks lead anywhere; by
 	// default they must stay in the folder or its Hugging Face cache
@@ -52,7 +53,7 @@ type Session struct {
 	// that could not be used (Container.Warnings says why). A model
 	// folder's come in the order of its weight files, each followed by its
 	// shards, then the folder's other files.
-	Sources   []*pipeline.Source
+	Sources   []*source.File
 	Container *formats.Container
 	Cache     *cache.Cache
 	Pipeline  *pipeline.Pipeline
@@ -77,7 +78,7 @@ type Session struct {
 }
 
 // Source returns the container's own file.
-func (s *Session) Source() *pipeline.Source { return s.Sources[0] }
+func (s *Session) Source() *source.File { return s.Sources[0] }
 
 // Open opens and validates what path names: a container file, a model
 // folder, or a folder's weight index (model.safetensors.index.json), with
@@ -128,8 +129,8 @@ func (s *Session) openPath(path string, opts Options) error {
 
 // openSource opens one source file and, when asked, guards it before its
 // index is read, so that the lease covers the index too.
-func (s *Session) openSource(path string, guard bool) (*pipeline.Source, error) {
-	src, err := pipeline.OpenSource(path)
+func (s *Session) openSource(path string, guard bool) (*source.File, error) {
+	src, err := source.OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func (s *Session) openSource(path string, guard bool) (*pipeline.Source, error) 
 	return src, nil
 }
 
-func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
+func (s *Session) open(src *source.File, path string, opts Options) error {
 	c, err := detect.Open(src, src.Size())
 	if err != nil {
 		return err
@@ -170,17 +171,18 @@ func (s *Session) open(src *pipeline.Source, path string, opts Options) error {
 func (s *Session) finish(c *formats.Container, infos []tree.SourceInfo, digests []string, missing []error, origin *tree.SourceInfo, opts Options) error {
 	s.Container = c
 	// From here on every component's size is final: the tree shows it.
+	srcs := make([]source.Source, len(s.Sources))
 	files := make([]pipeline.File, len(s.Sources))
 	for i, src := range s.Sources {
-		if src != nil { // a nil *Source would make a non-nil File
-			files[i] = src
+		if src != nil { // a nil *source.File would make a non-nil interface
+			srcs[i], files[i] = src, src
 		}
 	}
 	if err := pipeline.ResolveSizes(files, c, pipeline.MountDecodeLimit); err != nil {
 		return err
 	}
 	s.Cache = cache.New(opts.CacheSize)
-	p, err := pipeline.New(s.Sources, pipeline.Options{Cache: s.Cache, BlockSize: opts.BlockSize, Verify: opts.Verify,
+	p, err := pipeline.New(srcs, pipeline.Options{Cache: s.Cache, BlockSize: opts.BlockSize, Verify: opts.Verify,
 		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests, SourceErrors: missing})
 	if err != nil {
 		return err
@@ -254,8 +256,8 @@ func (s *Session) openShard(c *formats.Container, sh *formats.Shard, root string
 
 // opened returns the source files that are open: all but shards that
 // could not be used.
-func (s *Session) opened() []*pipeline.Source {
-	out := make([]*pipeline.Source, 0, len(s.Sources))
+func (s *Session) opened() []*source.File {
+	out := make([]*source.File, 0, len(s.Sources))
 	for _, src := range s.Sources {
 		if src != nil {
 			out = append(out, src)
@@ -275,7 +277,7 @@ func (s *Session) CheckNow() error {
 }
 
 // Check is CheckNow at most every so often per file
-// (pipeline.Source.Check).
+// (source.File.Check).
 func (s *Session) Check() error {
 	for _, src := range s.opened() {
 		if err := src.Check(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 func TestEscape(t *testing.T) {
@@ -98,12 +99,12 @@ func buildTest(t *testing.T, c *formats.Container) (*Tree, error) {
 	if err := os.WriteFile(path, make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, err := pipeline.OpenSource(path)
+	src, err := source.OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	p, err := pipeline.New([]*pipeline.Source{src}, pipeline.Options{Cache: cache.New(1 << 20)})
+	p, err := pipeline.New([]source.Source{src}, pipeline.Options{Cache: cache.New(1 << 20)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
 
@@ -466,7 +467,7 @@ func (v *verifier) summarize(r *Report, digests int) {
 
 // countingSource counts and reports the bytes digests are computed over.
 type countingSource struct {
-	src *pipeline.Source
+	src *source.File
 	v   *verifier
 }
 

@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 )
 
 // fstat returns the identity of the open file: one fstat, no allocation.
-func (s *Source) fstat() (identity, error) {
+func (s *File) fstat() (identity, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(s.fd), &st); err != nil {
 		return identity{}, err

@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// guard takes the source's read lease, which the tests' own files always
+// guard takes the file's read lease, which the tests' own files always
 // allow on Linux. Elsewhere there are no leases, and the tests that need
 // one are skipped.
-func guard(t testing.TB, src *Source) {
+func guard(t testing.TB, src *File) {
 	t.Helper()
 	if err := src.Guard(); err != nil {
 		if runtime.GOOS != "linux" {
@@ -26,23 +26,16 @@ func guard(t testing.TB, src *Source) {
 	}
 }
 
-// releaseSpan releases a span that was granted.
-func releaseSpan(span Span, ok bool) {
-	if ok {
-		span.Release()
-	}
-}
-
 // sourceFile writes n bytes to a new file and opens it as a source that the
 // test closes.
-func sourceFile(t testing.TB, n int) (*Source, []byte) {
+func sourceFile(t testing.TB, n int) (*File, []byte) {
 	t.Helper()
 	data := bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n]
 	path := filepath.Join(t.TempDir(), "src.bin")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src, err := OpenSource(path)
+	src, err := OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +50,7 @@ type changes struct {
 	seen chan struct{}
 }
 
-func watchChanges(src *Source) *changes {
+func watchChanges(src *File) *changes {
 	c := &changes{seen: make(chan struct{}, 1)}
 	src.OnChange(func(err error) {
 		c.mu.Lock()
@@ -77,7 +70,7 @@ func (c *changes) wait(t *testing.T, want string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.errs) != 1 || !errors.Is(c.errs[0], ErrSourceChanged) || !strings.Contains(c.errs[0].Error(), want) {
+	if len(c.errs) != 1 || !errors.Is(c.errs[0], ErrChanged) || !strings.Contains(c.errs[0].Error(), want) {
 		t.Errorf("OnChange got %v, want one change saying %q", c.errs, want)
 	}
 }
@@ -87,7 +80,7 @@ func (c *changes) wait(t *testing.T, want string) {
 // puts the size and the modification time back (cp -p, rsync -t, tar x).
 func TestUnguardedReadSeesWriteAtOnce(t *testing.T) {
 	src, data := sourceFile(t, 4096)
-	st, err := os.Stat(src.Path())
+	st, err := os.Stat(src.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,14 +89,14 @@ func TestUnguardedReadSeesWriteAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	changed := bytes.ToUpper(data)
-	if err := os.WriteFile(src.Path(), changed, 0o644); err != nil {
+	if err := os.WriteFile(src.Name(), changed, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chtimes(src.Path(), st.ModTime(), st.ModTime()); err != nil {
+	if err := os.Chtimes(src.Name(), st.ModTime(), st.ModTime()); err != nil {
 		t.Fatal(err)
 	}
 	_, err = src.ReadAt(buf, 0)
-	if !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), "status changed") {
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "status changed") {
 		t.Fatalf("read after a rewrite that kept size and mtime: %v", err)
 	}
 	if _, ok := src.Span(); ok {
@@ -123,7 +116,7 @@ func TestLeaseBreakWaitsForSplices(t *testing.T) {
 	}
 	opened := make(chan error, 1)
 	go func() {
-		f, err := os.OpenFile(src.Path(), os.O_WRONLY, 0)
+		f, err := os.OpenFile(src.Name(), os.O_WRONLY, 0)
 		if err == nil {
 			f.Close()
 		}
@@ -141,7 +134,7 @@ func TestLeaseBreakWaitsForSplices(t *testing.T) {
 		t.Fatalf("the writer got past the lease (%v) while a splice was in flight", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	if _, err := src.ReadAt(make([]byte, 10), 0); !errors.Is(err, ErrSourceChanged) {
+	if _, err := src.ReadAt(make([]byte, 10), 0); !errors.Is(err, ErrChanged) {
 		t.Errorf("read during the break: %v", err)
 	}
 	release()
@@ -164,11 +157,11 @@ func TestLeaseBreakOnTruncate(t *testing.T) {
 	if n, err := src.ReadAt(buf, 0); n != len(data) || err != nil || !bytes.Equal(buf, data) {
 		t.Fatalf("read %d, %v", n, err)
 	}
-	if err := os.Truncate(src.Path(), 10); err != nil {
+	if err := os.Truncate(src.Name(), 10); err != nil {
 		t.Fatal(err)
 	}
 	seen.wait(t, "truncated")
-	if _, err := src.ReadAt(buf, 0); !errors.Is(err, ErrSourceChanged) {
+	if _, err := src.ReadAt(buf, 0); !errors.Is(err, ErrChanged) {
 		t.Errorf("read after truncate: %v", err)
 	}
 }
@@ -178,7 +171,7 @@ func TestLeaseBreakOnTruncate(t *testing.T) {
 // next read.
 func TestNoLeaseWhileOpenForWriting(t *testing.T) {
 	src, _ := sourceFile(t, 4096)
-	w, err := os.OpenFile(src.Path(), os.O_WRONLY, 0)
+	w, err := os.OpenFile(src.Name(), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +187,7 @@ func TestNoLeaseWhileOpenForWriting(t *testing.T) {
 	if _, err := w.WriteAt([]byte("new bytes"), 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.ReadAt(buf, 0); !errors.Is(err, ErrSourceChanged) {
+	if _, err := src.ReadAt(buf, 0); !errors.Is(err, ErrChanged) {
 		t.Fatalf("read after a write: %v", err)
 	}
 	seen.wait(t, "modified")
@@ -207,15 +200,15 @@ func TestRenameOverSource(t *testing.T) {
 	src, _ := sourceFile(t, 4096)
 	guard(t, src)
 	seen := watchChanges(src)
-	next := filepath.Join(filepath.Dir(src.Path()), "next.bin")
+	next := filepath.Join(filepath.Dir(src.Name()), "next.bin")
 	if err := os.WriteFile(next, []byte("another file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(next, src.Path()); err != nil {
+	if err := os.Rename(next, src.Name()); err != nil {
 		t.Fatal(err)
 	}
 	err := src.CheckNow()
-	if !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), "replaced") {
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "replaced") {
 		t.Fatalf("check after a rename over the source: %v", err)
 	}
 	seen.wait(t, "replaced")
@@ -225,11 +218,11 @@ func TestRenameOverSource(t *testing.T) {
 // where the filesystem keeps the status-change time on a rename.
 func TestPathNoLongerNamesSource(t *testing.T) {
 	src, _ := sourceFile(t, 64)
-	if err := os.Rename(src.Path(), src.Path()+".moved"); err != nil {
+	if err := os.Rename(src.Name(), src.Name()+".moved"); err != nil {
 		t.Fatal(err)
 	}
 	src.id, _ = src.fstat() // as if the rename had left the status alone
-	if err := src.CheckNow(); !errors.Is(err, ErrSourceChanged) || !strings.Contains(err.Error(), "no longer exists") {
+	if err := src.CheckNow(); !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "no longer exists") {
 		t.Fatalf("check after the source moved: %v", err)
 	}
 }

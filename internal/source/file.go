@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"errors"
@@ -23,19 +23,20 @@ const changeCheckInterval = 100 * time.Millisecond
 // revokes a lease after /proc/sys/fs/lease-break-time (45 s by default).
 const drainLimit = 5 * time.Second
 
-// Source is the container file every stage of a mount reads from. It
-// records the file's identity at open (size, modification and status-change
-// times, device and inode) and refuses reads once any of it changes, or
-// once its path names another file, so that a mount never mixes the old
-// index or old bytes with new ones.
+// File is a source that is a local file, such as the container file every
+// stage of a mount reads from. It records the file's identity at open
+// (size, modification and status-change times, device and inode) and
+// refuses reads once any of it changes, or once its path names another
+// file, so that a mount never mixes the old index or old bytes with new
+// ones.
 //
-// Two ways keep changed bytes out of every read. A guarded source (Guard)
+// Two ways keep changed bytes out of every read. A guarded file (Guard)
 // holds a read lease: the kernel tells it before another process opens the
 // file for writing or truncates it, and holds that process off until every
 // read in flight has finished. Without a lease, every ReadAt stats the file
 // after reading and discards the bytes if anything changed, and Span
 // refuses zero-copy reads, which nothing could check afterwards.
-type Source struct {
+type File struct {
 	f    *os.File
 	fd   uintptr
 	path string // as given, for messages
@@ -50,9 +51,9 @@ type Source struct {
 	w *watcher // set by Guard, before the source is shared
 }
 
-// OpenSource opens the file at path for reading. Its errors do not repeat
+// OpenFile opens the file at path for reading. Its errors do not repeat
 // the path.
-func OpenSource(path string) (*Source, error) {
+func OpenFile(path string) (*File, error) {
 	// Non-blocking, so that a FIFO fails the regular-file check below
 	// instead of waiting for a writer; regular files ignore the flag.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -72,7 +73,7 @@ func OpenSource(path string) (*Source, error) {
 		f.Close()
 		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
 	}
-	s := &Source{f: f, fd: f.Fd(), path: path, abs: path}
+	s := &File{f: f, fd: f.Fd(), path: path, abs: path}
 	if abs, err := filepath.Abs(path); err == nil {
 		s.abs = abs
 	}
@@ -84,37 +85,44 @@ func OpenSource(path string) (*Source, error) {
 	return s, nil
 }
 
-// Path returns the path the source was opened with.
-func (s *Source) Path() string { return s.path }
+var (
+	_ Source  = (*File)(nil)
+	_ Spanner = (*File)(nil)
+)
+
+// Name returns the path the file was opened with.
+func (s *File) Name() string { return s.path }
 
 // Size returns the file's size at open.
-func (s *Source) Size() int64 { return s.id.size }
+func (s *File) Size() int64 { return s.id.size }
+
+// Version returns the file's device, inode, size and modification time at
+// open (the device and inode are 0 where the system does not tell).
+func (s *File) Version() string {
+	return fmt.Sprintf("dev %d ino %d size %d mtime %d", s.id.dev, s.id.ino, s.id.size, s.id.mtime)
+}
 
 // ModTime returns the file's modification time at open.
-func (s *Source) ModTime() time.Time { return time.Unix(0, s.id.mtime) }
+func (s *File) ModTime() time.Time { return time.Unix(0, s.id.mtime) }
 
 // Fd returns the file descriptor, for zero-copy reads by the caller.
-func (s *Source) Fd() uintptr { return s.fd }
+func (s *File) Fd() uintptr { return s.fd }
 
 // Guarded reports whether the source holds a read lease that no change has
 // broken.
-func (s *Source) Guarded() bool { return s.guarded.Load() }
+func (s *File) Guarded() bool { return s.guarded.Load() }
 
 // Close stops the goroutine Guard started, which releases the lease, and
 // closes the file. No read may be in progress or start.
-func (s *Source) Close() error {
+func (s *File) Close() error {
 	if s.w != nil {
 		s.w.close()
 	}
 	return s.f.Close()
 }
 
-// ErrSourceChanged is wrapped by the errors of reads after the source file
-// changed under the mount.
-var ErrSourceChanged = errors.New("source file changed since it was mounted; remount to see the new version")
-
 // err returns the change seen, if any.
-func (s *Source) err() error {
+func (s *File) err() error {
 	if p := s.changed.Load(); p != nil {
 		return *p
 	}
@@ -123,8 +131,8 @@ func (s *Source) err() error {
 
 // markChanged records the first change seen, wakes the watcher so that the
 // OnChange functions run, and returns the change recorded.
-func (s *Source) markChanged(reason string) error {
-	err := fmt.Errorf("%s: %w (%s)", s.path, ErrSourceChanged, reason)
+func (s *File) markChanged(reason string) error {
+	err := fmt.Errorf("%s: %w (%s)", s.path, ErrChanged, reason)
 	s.changed.CompareAndSwap(nil, &err)
 	if s.w != nil {
 		s.w.poke()
@@ -135,7 +143,7 @@ func (s *Source) markChanged(reason string) error {
 // Check reports whether the file is still the one that was opened. It looks
 // at most every changeCheckInterval; once a change is seen, every later call
 // reports it.
-func (s *Source) Check() error {
+func (s *File) Check() error {
 	if err := s.err(); err != nil {
 		return err
 	}
@@ -147,7 +155,7 @@ func (s *Source) Check() error {
 
 // CheckNow is Check without the rate limit: an fstat of the open file and a
 // stat of its path.
-func (s *Source) CheckNow() error {
+func (s *File) CheckNow() error {
 	if err := s.err(); err != nil {
 		return err
 	}
@@ -159,7 +167,7 @@ func (s *Source) CheckNow() error {
 }
 
 // verify compares the open file's status with its status at open.
-func (s *Source) verify() error {
+func (s *File) verify() error {
 	id, err := s.fstat()
 	if err != nil {
 		return s.markChanged("stat: " + err.Error())
@@ -174,7 +182,7 @@ func (s *Source) verify() error {
 // a rename, deleted or moved. The mount serves the file its path named; a
 // user who replaced that file expects to see the new one, which only a
 // remount can show.
-func (s *Source) checkPath() error {
+func (s *File) checkPath() error {
 	id, err := statPath(s.abs)
 	switch {
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
@@ -191,7 +199,7 @@ func (s *Source) checkPath() error {
 // lease break sets the change before it waits for the reads in flight to
 // end, so a read that entered is either waited for or sees the change (both
 // sides use sequentially consistent atomics).
-func (s *Source) enter() error {
+func (s *File) enter() error {
 	s.inflight.Add(1)
 	if err := s.err(); err != nil {
 		s.exit()
@@ -200,13 +208,13 @@ func (s *Source) enter() error {
 	return nil
 }
 
-func (s *Source) exit() { s.inflight.Add(-1) }
+func (s *File) exit() { s.inflight.Add(-1) }
 
 // ReadAt reads from the file, and returns the bytes only if they are the
 // version that was opened: guarded, no writer can start before the read
 // ends; unguarded, the file's status is compared after the read, since a
 // write changes the size or the times before its bytes land.
-func (s *Source) ReadAt(p []byte, off int64) (int, error) {
+func (s *File) ReadAt(p []byte, off int64) (int, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
@@ -229,7 +237,7 @@ func (s *Source) ReadAt(p []byte, off int64) (int, error) {
 // source allows it: the bytes of a splice are copied after the last code of
 // ztfs has run, so only a lease, which holds writers off until release,
 // keeps a write from landing in them.
-func (s *Source) Span() (release func(), ok bool) {
+func (s *File) Span() (release func(), ok bool) {
 	if !s.guarded.Load() || s.enter() != nil {
 		return nil, false
 	}
@@ -241,7 +249,7 @@ func (s *Source) Span() (release func(), ok bool) {
 }
 
 // drain waits until no read that entered is in flight, or limit passes.
-func (s *Source) drain(limit time.Duration) {
+func (s *File) drain(limit time.Duration) {
 	for deadline := time.Now().Add(limit); s.inflight.Load() > 0 && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Microsecond)
 	}

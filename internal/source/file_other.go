@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pipeline
+package source
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 
 // fstat returns the size and modification time of the open file: what
 // os.FileInfo tells everywhere.
-func (s *Source) fstat() (identity, error) {
+func (s *File) fstat() (identity, error) {
 	st, err := s.f.Stat()
 	if err != nil {
 		return identity{}, err

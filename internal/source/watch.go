@@ -1,4 +1,4 @@
-package pipeline
+package source
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ const idleCheckInterval = time.Second
 // functions. It returns why the source is unguarded, or nil when the lease
 // is held. Call it once, before the source is shared; Close stops the
 // goroutine.
-func (s *Source) Guard() (unguarded error) {
+func (s *File) Guard() (unguarded error) {
 	s.w = newWatcher()
 	l, err := acquireLease(s.fd)
 	if err == nil {
@@ -36,7 +36,7 @@ func (s *Source) Guard() (unguarded error) {
 // the source is first seen. It runs on the goroutine Guard started, never
 // inside a read, so it may wait for reads (as the kernel does when asked to
 // drop cached pages). Without Guard, f never runs.
-func (s *Source) OnChange(f func(error)) {
+func (s *File) OnChange(f func(error)) {
 	if s.w != nil {
 		s.w.add(f)
 	}
@@ -44,7 +44,7 @@ func (s *Source) OnChange(f func(error)) {
 
 // watch is the goroutine Guard starts: it answers lease breaks and runs the
 // OnChange functions once a change is seen, until Close.
-func (s *Source) watch(l *lease) {
+func (s *File) watch(l *lease) {
 	defer close(s.w.done)
 	var breaks <-chan os.Signal
 	if l != nil {
@@ -77,14 +77,14 @@ func (s *Source) watch(l *lease) {
 // released. Every read from now on fails; the reads already in flight, which
 // may be splices the kernel is still copying, are waited for; then the
 // writer may go on.
-func (s *Source) yield(l *lease) {
+func (s *File) yield(l *lease) {
 	s.markChanged("opened for writing or truncated by another process")
 	s.drain(drainLimit)
 	s.guarded.Store(false)
 	l.release()
 }
 
-// watcher is the state shared between a Source and its goroutine.
+// watcher is the state shared between a File and its goroutine.
 type watcher struct {
 	wake chan struct{} // a change was marked or a function added
 	stop chan struct{} // closed by Close
