@@ -3,14 +3,15 @@
 # interop included, never skipped), the race detector on the concurrent
 # packages, a short run of every fuzz target, and the demo.
 # Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
-#        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps and
-#        attr if missing; needs the Go of go.mod's go line)
+#        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps, attr
+#        and nginx if missing; needs the Go of go.mod's go line)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
-ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr
+# nginx: the HTTP(S) server the remote source's tests start on 127.0.0.1.
+ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx
 python_with_numpy >/dev/null
 [ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
 
@@ -24,8 +25,8 @@ section go vet
 go vet ./...
 
 section go test
-# Missing FUSE, NumPy or the Python modules of the zTensor v2 interop test
-# fails the tests instead of skipping them.
+# Missing FUSE, NumPy, nginx or the Python modules of the zTensor v2 interop
+# test fails the tests instead of skipping them.
 export ZTFS_REQUIRE_ALL=1
 go test -count=1 ./...
 
