@@ -1,9 +1,10 @@
 // Package source reads the bytes a mount is made from: ranged reads, the
 // size, the identity of the version opened, and the detection of a change
 // to it, so that a mount never serves bytes of two versions. There is one
-// implementation of Source per kind of location. A local file (File, with
-// its read lease and its change watcher) is the one there is; HTTP(S) and
-// S3 objects come next.
+// implementation of Source per kind of location: a local file (File, with
+// its read lease and its change watcher) and a file on an HTTP(S) server
+// (HTTP, read with range requests pinned to the version opened); S3
+// objects come next.
 package source
 
 import (
