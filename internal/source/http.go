@@ -134,7 +134,8 @@ func Redact(rawURL string) string {
 // Transient failures (5xx, 408, 429, a connection reset or closed in the
 // middle of a body, a short body, a timeout) are retried with exponential
 // backoff and full jitter (from 100 ms up to 5 s) until RetryFor passes
-// without a byte received; a retry asks only for the bytes still missing.
+// without a byte received (a request that gets no reply is canceled when
+// it does); a retry asks only for the bytes still missing.
 // Then the read fails with an error naming the URL, the range and the
 // last reason. A 200 to a range request is an error, never taken as the
 // bytes asked for, and no reply body is read past the range asked.
@@ -332,9 +333,10 @@ func (s *HTTP) Check() error {
 	return s.CheckNow()
 }
 
-// CheckNow asks the server with a HEAD whether the file is still the
-// version opened (ETag, Last-Modified, size). A failure to get an answer
-// is logged and is not a change.
+// CheckNow asks the server with a HEAD (or, where HEAD is refused, a
+// pinned GET of the first byte) whether the file is still the version
+// opened (ETag, Last-Modified, size). A failure to get an answer is logged
+// and is not a change.
 func (s *HTTP) CheckNow() error {
 	if err := s.err(); err != nil {
 		return err
@@ -348,6 +350,21 @@ func (s *HTTP) CheckNow() error {
 		return nil
 	}
 	resp.Body.Close()
+	if (resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented) && s.size > 0 {
+		// No HEAD here: the first byte, pinned, answers as well.
+		if resp, err = s.do(ctx, http.MethodGet, "bytes=0-0", true); err != nil {
+			s.logf("%s: check: %s", s.name, s.reason(err, ctx))
+			return nil
+		}
+		resp.Body.Close()
+		f := checkReply(resp.StatusCode, resp.Header.Get("Content-Range"), -1, resp.Header.Get("ETag"), 0, 0, s.size, s.etag)
+		if f != nil && f.kind == changed {
+			return s.markChanged(f.reason)
+		} else if f != nil {
+			s.logf("%s: check: %s", s.name, f.reason)
+		}
+		return nil
+	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
 		return s.markChanged(fmt.Sprintf("%d %s: no longer there", resp.StatusCode, http.StatusText(resp.StatusCode)))
@@ -456,7 +473,8 @@ const (
 // since the start or the last progress, sleeping with exponential backoff
 // and full jitter in between. what names the request in messages.
 func (s *HTTP) retry(ctx context.Context, what string, attempt func(ctx context.Context, deadline time.Time) (progress bool, f *failure)) *failure {
-	deadline := time.Now().Add(s.retryFor)
+	start := time.Now()
+	deadline := start.Add(s.retryFor)
 	for n := 0; ; n++ {
 		progress, f := attempt(ctx, deadline)
 		if progress {
@@ -470,8 +488,14 @@ func (s *HTTP) retry(ctx context.Context, what string, attempt func(ctx context.
 		}
 		pause := time.Duration(rand.Int64N(int64(min(backoffCap, backoffStart<<min(n, 16))) + 1))
 		if time.Now().Add(pause).After(deadline) {
-			s.logf("%s: %s: %s; gave up after retrying for %v", s.name, what, f.reason, s.retryFor)
-			return &failure{kind: fatal, reason: fmt.Sprintf("%s (retried for %v)", f.reason, s.retryFor), code: f.code}
+			attempts := "1 attempt"
+			if n > 0 {
+				attempts = fmt.Sprintf("%d attempts", n+1)
+			}
+			reason := fmt.Sprintf("%s (gave up after %s in %v; the bound is %v without progress)",
+				f.reason, attempts, time.Since(start).Round(10*time.Millisecond), s.retryFor)
+			s.logf("%s: %s: %s", s.name, what, reason)
+			return &failure{kind: fatal, reason: reason, code: f.code}
 		}
 		s.logf("%s: %s: %s; retrying in %v", s.name, what, f.reason, pause.Round(time.Millisecond))
 		t := time.NewTimer(pause)
