@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -206,6 +207,9 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 		pass, _ := u.User.Password()
 		s.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 		s.secret = append(s.secret, user+":"+pass, pass)
+		if pass == "" {
+			s.secret = append(s.secret, user) // a token as the user name
+		}
 		u.User = nil
 	}
 	if v := os.Getenv(AuthorizationVar); v != "" {
@@ -250,6 +254,7 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 func defaultClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = http.ProxyFromEnvironment
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.ResponseHeaderTimeout = 30 * time.Second
 	t.MaxIdleConnsPerHost = 16

@@ -687,6 +687,8 @@ func TestHTTPOpenRefused(t *testing.T) {
 	errs = append(errs, src.CheckNow())
 	_, err = OpenHTTP(context.Background(), "http://user:secret@127.0.0.1:1/m.bin"+query, HTTPOptions{Logf: l.logf, RetryFor: 200 * time.Millisecond})
 	errs = append(errs, err)
+	_, err = OpenHTTP(context.Background(), "http://hf_tokenonly@127.0.0.1:1/m.bin", HTTPOptions{Logf: l.logf, RetryFor: 200 * time.Millisecond})
+	errs = append(errs, err)
 	for _, err := range errs {
 		if err == nil {
 			t.Errorf("an error expected")
@@ -694,7 +696,7 @@ func TestHTTPOpenRefused(t *testing.T) {
 		}
 		l.logf("error: %v", err)
 	}
-	for _, secret := range []string{"secret", "Signature", "deadbeef", "AKIA", "frag"} {
+	for _, secret := range []string{"secret", "Signature", "deadbeef", "AKIA", "frag", "tokenonly"} {
 		if strings.Contains(l.all(), secret) {
 			t.Errorf("%q in an error or log line:\n%s", secret, l.all())
 		}
