@@ -53,10 +53,10 @@ func runCat(source, path string, opts session.Options, stdout io.Writer) error {
 	defer s.Close()
 	node, err := s.Tree.Lookup(path)
 	if err != nil {
-		return withCode(exitError, fmt.Errorf("%s: %w", source, err))
+		return withCode(exitError, fmt.Errorf("%s: %w", session.Name(source), err))
 	}
 	if node.IsDir() {
-		return withCode(exitError, fmt.Errorf("%s: %q is a directory", source, path))
+		return withCode(exitError, fmt.Errorf("%s: %q is a directory", session.Name(source), path))
 	}
 	out := bufio.NewWriterSize(stdout, 1<<20)
 	buf := make([]byte, 1<<20)
@@ -74,7 +74,7 @@ func runCat(source, path string, opts session.Options, stdout io.Writer) error {
 		}
 		if err != nil {
 			out.Flush()
-			return withCode(exitError, fmt.Errorf("%s: %s: %w", source, path, err))
+			return withCode(exitError, fmt.Errorf("%s: %s: %w", session.Name(source), path, err))
 		}
 	}
 	return withCode(exitError, out.Flush())

@@ -87,7 +87,7 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 	}
 	defer s.Close()
 	for _, w := range s.Container.Warnings {
-		fmt.Fprintf(stderr, "ztfs: %s: warning: %s\n", source, w)
+		fmt.Fprintf(stderr, "ztfs: %s: warning: %s\n", session.Name(source), w)
 	}
 	var bar *progressBar
 	if showProgress {
@@ -105,13 +105,13 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 		bar.close()
 	}
 	if err != nil {
-		return withCode(exitError, fmt.Errorf("%s: %w", source, err))
+		return withCode(exitError, fmt.Errorf("%s: %w", session.Name(source), err))
 	}
-	printConvertReport(stdout, source, dest, report)
+	printConvertReport(stdout, session.Name(source), dest, report)
 	if n := len(report.Skipped); n > 0 {
 		// The file holds the others, but a script must not take it for
 		// the whole model.
-		return withCode(exitError, fmt.Errorf("%s: %s could not be converted (SKIPPED above); %s holds the others", source, count(n, "tensor"), dest))
+		return withCode(exitError, fmt.Errorf("%s: %s could not be converted (SKIPPED above); %s holds the others", session.Name(source), count(n, "tensor"), dest))
 	}
 	return nil
 }
@@ -195,7 +195,7 @@ func writeAtomically(dest string, write func(*os.File) (*convert.Report, error))
 }
 
 func printConvertReport(w io.Writer, source, dest string, r *convert.Report) {
-	fmt.Fprintf(w, "%s -> %s: %s, %s\n", source, dest, count(r.Tensors, "tensor"), humanSize(r.Bytes))
+	fmt.Fprintf(w, "%s -> %s: %s, %s\n", session.Name(source), dest, count(r.Tensors, "tensor"), humanSize(r.Bytes))
 	for _, line := range r.AsValues {
 		fmt.Fprintf(w, "as values  %s\n", line)
 	}

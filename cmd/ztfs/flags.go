@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	units "github.com/docker/go-units"
 	"github.com/spf13/pflag"
@@ -145,15 +146,18 @@ func (f *verifyFlags) mode() (pipeline.VerifyMode, error) {
 // sourceFlags is --follow-symlinks, for every command that opens a SOURCE.
 type sourceFlags struct {
 	followSymlinks bool
+	retryFor       time.Duration
 }
 
 func (f *sourceFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
+	fl.DurationVar(&f.retryFor, "retry-for", 60*time.Second, "how long a read of an http(s) source retries server errors, resets and timeouts before it fails (EIO)")
 }
 
-// apply sets the session options the flag chooses.
+// apply sets the session options the flags choose.
 func (f *sourceFlags) apply(o *session.Options) {
 	o.FollowSymlinks = f.followSymlinks
+	o.Remote.RetryFor = f.retryFor
 }
 
 // shardFlags is --safetensors-shard-size, for the commands that show the

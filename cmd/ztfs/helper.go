@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // ztfs as a mount helper. mount(8) runs /sbin/mount.fuse.ztfs (a symlink to
@@ -35,6 +37,7 @@ var optionFlags = map[string]struct {
 	"verify":                 {"--verify", false},
 	"no_verify":              {"--no-verify", false},
 	"follow_symlinks":        {"--follow-symlinks", false},
+	"retry_for":              {"--retry-for", true},
 	"no_passthrough":         {"--no-passthrough", false},
 }
 
@@ -56,7 +59,7 @@ func helperArgs(argv []string) []string {
 	case len(args) > 0 && args[0] == "mount":
 		return append([]string{argv[0], "mount"}, translateOptions(args[1:])...)
 	case len(args) >= 2 && !strings.HasPrefix(args[0], "-") && !isCommand(args[0]):
-		if _, err := os.Stat(args[0]); err != nil {
+		if _, err := os.Stat(args[0]); err != nil && !source.IsURL(args[0]) {
 			return argv // a mistyped command: let it be reported as one
 		}
 		if out, ok := helperMount(args); ok {

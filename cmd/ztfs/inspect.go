@@ -55,18 +55,18 @@ func runInspect(source string, asJSON, verify bool, opts session.Options, stdout
 	}
 	defer s.Close()
 	for _, w := range s.Container.Warnings {
-		fmt.Fprintf(stderr, "ztfs: %s: warning: %s\n", source, w)
+		fmt.Fprintf(stderr, "ztfs: %s: warning: %s\n", session.Name(source), w)
 	}
 	if asJSON {
 		manifest, err := s.Tree.Manifest()
 		if err != nil {
-			return withCode(exitError, fmt.Errorf("%s: %w", source, err))
+			return withCode(exitError, fmt.Errorf("%s: %w", session.Name(source), err))
 		}
 		if _, err := stdout.Write(manifest); err != nil {
 			return withCode(exitError, err)
 		}
 	} else {
-		printTable(stdout, source, s)
+		printTable(stdout, session.Name(source), s)
 	}
 	if !verify {
 		return nil
@@ -75,7 +75,7 @@ func runInspect(source string, asJSON, verify bool, opts session.Options, stdout
 	if asJSON {
 		report = stderr // keep stdout exactly manifest.json
 	}
-	return withCode(exitError, verifyDigests(report, source, s))
+	return withCode(exitError, verifyDigests(report, session.Name(source), s))
 }
 
 func printTable(w io.Writer, source string, s *session.Session) {
@@ -84,7 +84,7 @@ func printTable(w io.Writer, source string, s *session.Session) {
 	if version == "" {
 		version = "-"
 	}
-	fmt.Fprintf(w, "%s: ", source)
+	fmt.Fprintf(w, "%s: ", session.Name(source))
 	if s.Folder != "" {
 		fmt.Fprintf(w, "model folder of %s, ", count(s.WeightFiles, "weight file"))
 	}
@@ -159,7 +159,7 @@ func verifyDigests(w io.Writer, source string, s *session.Session) error {
 	}
 	fmt.Fprintf(w, "%d digests checked, %d failed\n", checked, failed)
 	if failed > 0 {
-		return fmt.Errorf("%s: %d of the recorded digests do not match", source, failed)
+		return fmt.Errorf("%s: %d of the recorded digests do not match", session.Name(source), failed)
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "stay in the foreground; log to stderr")
 	f.cache.register(fl)
 	fl.Var(&f.readAhead, "read-ahead", "kernel read-ahead of sequential readers, e.g. 4MiB; 0 keeps the kernel's 128KiB (setting it needs root)")
-	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other, ro and the generic mount(8) options; ztfs's own flags as keys (cache_size=SIZE, npy_dtype=T, read_ahead=SIZE, log_file=PATH, safetensors_shard_size=SIZE, verify, no_verify, follow_symlinks, no_passthrough); rw is refused")
+	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other, ro and the generic mount(8) options; ztfs's own flags as keys (cache_size=SIZE, npy_dtype=T, read_ahead=SIZE, log_file=PATH, safetensors_shard_size=SIZE, verify, no_verify, follow_symlinks, retry_for=DURATION, no_passthrough); rw is refused")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
 	f.check.register(fl)
 	f.npyDType.register(fl)
@@ -145,7 +145,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	}
 	defer s.Close()
 	for _, w := range s.Container.Warnings {
-		notify(source + ": warning: " + w)
+		notify(session.Name(source) + ": warning: " + w)
 	}
 	for _, h := range session.Hints(source) {
 		notify("hint: " + h)
@@ -164,6 +164,9 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	boundMemory(int64(f.cache.size))
 	widenProcs()
 	abs, _ := filepath.Abs(source)
+	if session.Name(source) != source {
+		abs = session.Name(source) // a URL, without its credentials
+	}
 	var debugLog *log.Logger
 	if f.debug {
 		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
@@ -173,7 +176,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		var err error
 		server, err = fusefs.Mount(mountpoint, s.Tree,
 			fusefs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
-				Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
+				Check: s.Check, CheckNow: s.CheckOpen, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
 			fusefs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 				ReadAhead: int64(f.readAhead), Logf: logf})
 		return err
@@ -185,11 +188,11 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if logPath != "" && f.readyFd >= 0 {
 		notify("logging to " + logPath)
 	}
-	logf("serving %s at %s", source, mountpoint)
+	logf("serving %s at %s", session.Name(source), mountpoint)
 	stop := publishState(s, abs, mountpoint, logPath, logf)
 	defer stop()
 	if s.Unguarded != nil {
-		logf("%s: %v; raw components are copied rather than spliced, and every read of the file is checked for changes", source, s.Unguarded)
+		logf("%s: %v; raw components are copied rather than spliced, and every read of the file is checked for changes", session.Name(source), s.Unguarded)
 	}
 	stopProfiles, err := startProfiles(f.cpuProfile, f.trace)
 	if err != nil {
@@ -421,7 +424,7 @@ const stateInterval = 5 * time.Second
 func publishState(s *session.Session, source, mountpoint, logPath string, logf func(string, ...any)) func() {
 	path := statePath(mountpoint)
 	var mu sync.Mutex
-	st := mountState{Source: source, Mountpoint: resolvePath(mountpoint), PID: os.Getpid(), LogFile: logPath, State: stateServing}
+	st := mountState{Source: session.Name(source), Mountpoint: resolvePath(mountpoint), PID: os.Getpid(), LogFile: logPath, State: stateServing}
 	write := func() {
 		stats := s.Cache.Stats()
 		st.CacheUsed, st.CacheSize = stats.Used, stats.Capacity

@@ -17,6 +17,7 @@ import (
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/safetensorsview"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 func open(t testing.TB, path string, opts session.Options) *session.Session {
@@ -488,7 +489,7 @@ func TestViewSlicesAndSpans(t *testing.T) {
 				nativeOf[l.DType] == e.DType
 			if ok {
 				got := make([]byte, e.End-e.Begin)
-				if _, err := s.Source().ReadAt(got, span.Off); err != nil || span.Fd != s.Source().Fd() {
+				if _, err := s.Source().ReadAt(got, span.Off); err != nil || span.Fd != s.Source().(*source.File).Fd() {
 					t.Errorf("tensor %q: span %+v: %v", e.Name, span, err)
 				}
 				span.Release()

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // shardName matches one file of a sharded checkpoint:
@@ -21,6 +22,9 @@ var shardName = regexp.MustCompile(`^(.*)-([0-9]+)-of-([0-9]+)\.([^.]+)$`)
 // before the source is mounted: a single shard of a checkpoint whose folder
 // holds the rest of it.
 func Hints(path string) []string {
+	if source.IsURL(path) {
+		return nil
+	}
 	var hints []string
 	if h := shardHint(path); h != "" {
 		hints = append(hints, h)

@@ -156,10 +156,11 @@ func (s *Session) layOut(fd *folder, weights []folderEntry, parsed []*formats.Co
 		// The shards were opened by the name the root's convention gives:
 		// they obey the folder's symlink rule too.
 		for k, src := range s.Sources[first:] {
-			if src == nil {
+			file, ok := src.(*source.File) // nil for a shard that did not open; a folder's shards are files
+			if !ok || file == nil {
 				continue
 			}
-			if err := fd.checkOpened(filepath.Base(infos[k].Path), infos[k].Path, src); err != nil {
+			if err := fd.checkOpened(filepath.Base(infos[k].Path), infos[k].Path, file); err != nil {
 				for _, rest := range opened[i+1:] {
 					rest.Close()
 				}

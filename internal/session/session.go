@@ -6,8 +6,10 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,6 +46,9 @@ type Options struct {
 	// most this many bytes of tensor data, with an index; 0 keeps one
 	// model.safetensors.
 	ShardSize int64
+	// Remote configures the sources that are http:// or https:// URLs;
+	// its Logf defaults to Logf.
+	Remote source.HTTPOptions
 }
 
 // Session is one opened container.
@@ -53,7 +58,7 @@ type Session struct {
 	// that could not be used (Container.Warnings says why). A model
 	// folder's come in the order of its weight files, each followed by its
 	// shards, then the folder's other files.
-	Sources   []*source.File
+	Sources   []source.Source
 	Container *formats.Container
 	Cache     *cache.Cache
 	Pipeline  *pipeline.Pipeline
@@ -75,20 +80,26 @@ type Session struct {
 	// "source" (the safetensors files themselves), "computed" (the
 	// safetensors view) or "" (none: Container.Warnings says why).
 	ViewPath string
+
+	remote source.HTTPOptions
 }
 
 // Source returns the container's own file.
-func (s *Session) Source() *source.File { return s.Sources[0] }
+func (s *Session) Source() source.Source { return s.Sources[0] }
 
 // Open opens and validates what path names: a container file, a model
 // folder, or a folder's weight index (model.safetensors.index.json), with
-// the shards the containers name. Its errors are one line that starts
-// with path.
+// the shards the containers name; or a container at an http:// or
+// https:// URL, with its shards next to it. Its errors are one line that
+// starts with path (a URL without its credentials: source.Redact).
 func Open(path string, opts Options) (*Session, error) {
-	s := &Session{}
+	s := &Session{remote: opts.Remote}
+	if s.remote.Logf == nil {
+		s.remote.Logf = opts.Logf
+	}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("%s: %w", path, explainCutOff(err))
+		return nil, fmt.Errorf("%s: %w", Name(path), explainCutOff(err))
 	}
 	// The index must be the version that is served: a change while it was
 	// read fails the open rather than every later read.
@@ -101,8 +112,20 @@ func Open(path string, opts Options) (*Session, error) {
 	return s, nil
 }
 
+// Name is how path is named in messages, the manifest and logs: a URL
+// without its credentials and query (source.Redact), a path as given.
+func Name(path string) string {
+	if source.IsURL(path) {
+		return source.Redact(path)
+	}
+	return path
+}
+
 // openPath opens a folder, an index or a container file.
 func (s *Session) openPath(path string, opts Options) error {
+	if source.IsURL(path) {
+		return s.openURL(path, opts)
+	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return s.openFolder(path, nil, opts)
 	}
@@ -127,6 +150,34 @@ func (s *Session) openPath(path string, opts Options) error {
 	return s.open(src, path, opts)
 }
 
+// openURL opens the container at an http:// or https:// URL. A model
+// folder or index over HTTP is not read yet: only a container file.
+func (s *Session) openURL(rawURL string, opts Options) error {
+	src, err := s.openAny(rawURL, opts.Guard)
+	if err != nil {
+		return err
+	}
+	return s.open(src, rawURL, opts)
+}
+
+// openAny opens a source that is a URL or a file path, as the session's
+// next source.
+func (s *Session) openAny(path string, guard bool) (source.Source, error) {
+	if !source.IsURL(path) {
+		f, err := s.openSource(path, guard)
+		if err != nil {
+			return nil, err // not a nil *source.File in a non-nil Source
+		}
+		return f, nil
+	}
+	src, err := source.OpenHTTP(context.Background(), path, s.remote)
+	if err != nil {
+		return nil, err
+	}
+	s.Sources = append(s.Sources, src)
+	return src, nil
+}
+
 // openSource opens one source file and, when asked, guards it before its
 // index is read, so that the lease covers the index too.
 func (s *Session) openSource(path string, guard bool) (*source.File, error) {
@@ -143,20 +194,22 @@ func (s *Session) openSource(path string, guard bool) (*source.File, error) {
 	return src, nil
 }
 
-func (s *Session) open(src *source.File, path string, opts Options) error {
+func (s *Session) open(src source.Source, path string, opts Options) error {
 	c, err := detect.Open(src, src.Size())
 	if err != nil {
 		return err
 	}
 	if splits, err := splitSet(c, path); err != nil {
 		return err
+	} else if splits != nil && source.IsURL(path) {
+		return fmt.Errorf("one split of a %d-file GGUF model: a model split into several files is mounted from a folder, not from a URL", len(splits.Only))
 	} else if splits != nil {
 		// One split of a model: the model is all of them, next to it.
 		s.closeSources()
 		s.Sources, s.Unguarded = nil, nil
 		return s.openFolder(filepath.Dir(path), splits, opts)
 	}
-	infos := []tree.SourceInfo{{Path: path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
+	infos := []tree.SourceInfo{{Path: Name(path), Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
 	infos, digests, missing := s.openShards(c, path, opts.Guard, infos)
 	s.WeightFiles = len(s.Sources)
 	if c.Format == "safetensors" {
@@ -174,7 +227,7 @@ func (s *Session) finish(c *formats.Container, infos []tree.SourceInfo, digests 
 	srcs := make([]source.Source, len(s.Sources))
 	files := make([]pipeline.File, len(s.Sources))
 	for i, src := range s.Sources {
-		if src != nil { // a nil *source.File would make a non-nil interface
+		if src != nil {
 			srcs[i], files[i] = src, src
 		}
 	}
@@ -224,13 +277,13 @@ func (s *Session) openShards(c *formats.Container, root string, guard bool, info
 // is checked on first use (pipeline.Options.FileDigests). On failure the
 // shard's place in Sources is nil and the error names the shard.
 func (s *Session) openShard(c *formats.Container, sh *formats.Shard, root string, guard bool) (tree.SourceInfo, error) {
-	path := sh.Locate(root)
-	info := tree.SourceInfo{Path: path, Size: sh.Size, Format: c.Format, FormatVersion: c.FormatVersion, Shard: sh.Name}
+	path := locate(sh, root)
+	info := tree.SourceInfo{Path: Name(path), Size: sh.Size, Format: c.Format, FormatVersion: c.FormatVersion, Shard: sh.Name}
 	fail := func(format string, args ...any) (tree.SourceInfo, error) {
 		s.Sources[len(s.Sources)-1] = nil
-		return info, fmt.Errorf("shard %q (%s): %s", sh.Name, path, fmt.Sprintf(format, args...))
+		return info, fmt.Errorf("shard %q (%s): %s", sh.Name, Name(path), fmt.Sprintf(format, args...))
 	}
-	src, err := s.openSource(path, guard)
+	src, err := s.openAny(path, guard)
 	if err != nil {
 		s.Sources = append(s.Sources, nil)
 		if errors.Is(err, os.ErrNotExist) {
@@ -254,10 +307,24 @@ func (s *Session) openShard(c *formats.Container, sh *formats.Shard, root string
 	return info, nil
 }
 
-// opened returns the source files that are open: all but shards that
-// could not be used.
-func (s *Session) opened() []*source.File {
-	out := make([]*source.File, 0, len(s.Sources))
+// locate returns where shard sh of a container read from root is: next
+// to it, a path or a URL as root is.
+func locate(sh *formats.Shard, root string) string {
+	if !source.IsURL(root) {
+		return sh.Locate(root)
+	}
+	u, err := url.Parse(root)
+	if err != nil {
+		return sh.Locate(root)
+	}
+	u.Path, u.RawPath = sh.Locate(u.Path), ""
+	return u.String()
+}
+
+// opened returns the sources that are open: all but shards that could not
+// be used.
+func (s *Session) opened() []source.Source {
+	out := make([]source.Source, 0, len(s.Sources))
 	for _, src := range s.Sources {
 		if src != nil {
 			out = append(out, src)
@@ -270,6 +337,23 @@ func (s *Session) opened() []*source.File {
 func (s *Session) CheckNow() error {
 	for _, src := range s.opened() {
 		if err := src.CheckNow(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckOpen is the check of a file's open in a mount: CheckNow for local
+// files, whose check is a stat, and Check for remote ones, whose check is
+// a round trip (at most one a second) and whose every read is pinned to the
+// version opened anyway.
+func (s *Session) CheckOpen() error {
+	for _, src := range s.opened() {
+		check := src.Check
+		if _, local := src.(*source.File); local {
+			check = src.CheckNow
+		}
+		if err := check(); err != nil {
 			return err
 		}
 	}
@@ -295,13 +379,17 @@ func (s *Session) OnChange(f func(error)) {
 	}
 }
 
-// ModTime returns the latest modification time of the source files.
+// ModTime returns the latest modification time of the sources that know
+// theirs, or the time now when none does.
 func (s *Session) ModTime() time.Time {
 	var t time.Time
 	for _, src := range s.opened() {
-		if m := src.ModTime(); m.After(t) {
-			t = m
+		if m, ok := src.(interface{ ModTime() time.Time }); ok && m.ModTime().After(t) {
+			t = m.ModTime()
 		}
+	}
+	if t.IsZero() {
+		t = time.Now()
 	}
 	return t
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/safetensorsview"
+	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
 
@@ -24,7 +25,7 @@ func (s *Session) view(c *formats.Container, infos []tree.SourceInfo, origin *tr
 	if origin != nil {
 		from = origin.Path
 	}
-	if abs, err := filepath.Abs(from); err == nil {
+	if abs, err := filepath.Abs(from); err == nil && !source.IsURL(from) {
 		from = abs
 	}
 	files, omitted, err := safetensorsview.Build(c, s.Pipeline, safetensorsview.Options{ShardSize: opts.ShardSize, Source: from})

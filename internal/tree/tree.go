@@ -20,6 +20,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // Node is a directory or a file of the tree.
@@ -205,6 +206,14 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sources []SourceInfo) (*T
 	return New(Input{Container: c, Pipeline: p, Sources: sources})
 }
 
+// absolute returns path made absolute, or a source's URL as it is.
+func absolute(path string) (string, error) {
+	if source.IsURL(path) {
+		return path, nil
+	}
+	return filepath.Abs(path)
+}
+
 // New lays out in.Container as Build does, with in's origin and extra
 // files.
 func New(in Input) (*Tree, error) {
@@ -214,7 +223,7 @@ func New(in Input) (*Tree, error) {
 	}
 	tr := &Tree{c: c, p: p, sources: make([]SourceInfo, len(sources)), extra: in.Extra}
 	for i, s := range sources {
-		abs, err := filepath.Abs(s.Path)
+		abs, err := absolute(s.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +232,7 @@ func New(in Input) (*Tree, error) {
 	}
 	if in.Origin != nil {
 		o := *in.Origin
-		abs, err := filepath.Abs(o.Path)
+		abs, err := absolute(o.Path)
 		if err != nil {
 			return nil, err
 		}

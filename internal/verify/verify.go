@@ -119,8 +119,8 @@ type verifier struct {
 func (v *verifier) run(path string) *Report {
 	c := v.s.Container
 	abs, err := filepath.Abs(path)
-	if err != nil {
-		abs = path
+	if err != nil || session.Name(path) != path {
+		abs = session.Name(path) // a URL, without its credentials
 	}
 	size := v.s.Source().Size()
 	if v.s.Origin != nil {
@@ -467,7 +467,7 @@ func (v *verifier) summarize(r *Report, digests int) {
 
 // countingSource counts and reports the bytes digests are computed over.
 type countingSource struct {
-	src *source.File
+	src source.Source
 	v   *verifier
 }
 

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ztfs/ztfs/internal/fixtures"
+	"github.com/ztfs/ztfs/internal/testenv"
+)
+
+// A URL mounts in the background as a file does; manifest.json, `ztfs
+// status`, inspect and cat name it without its credentials, and cat gives
+// the mount's bytes.
+func TestMountURL(t *testing.T) {
+	base, _ := testenv.StartNginx(t, fixtures.Dir(), false)
+	rel := "ztensor/v1_1/valid/zstd.zt"
+	clean := base + "/" + rel
+	url := strings.Replace(base, "://", "://reader:s3cr3t@", 1) + "/" + rel + "?token=t0k3n"
+	mnt := mountBackground(t, url)
+	manifest := mustRead(t, filepath.Join(mnt, "manifest.json"))
+	var m struct {
+		Source struct{ Path string } `json:"source"`
+	}
+	if err := json.Unmarshal([]byte(manifest), &m); err != nil || m.Source.Path != clean {
+		t.Errorf("manifest.json source.path = %q (%v), want %q", m.Source.Path, err, clean)
+	}
+	if inspect := run(t, "inspect", "--json", url); inspect.code != 0 || inspect.stdout != manifest {
+		t.Errorf("inspect --json of the URL differs from the mounted manifest.json: %+v", inspect)
+	}
+	for _, path := range []string{"tensors/compressed/data", "tensors/compressed/tensor.npy"} {
+		if c := run(t, "cat", url, path); c.code != 0 || c.stdout != mustRead(t, filepath.Join(mnt, path)) {
+			t.Errorf("cat %s differs from the mount (exit %d: %s)", path, c.code, c.stderr)
+		}
+	}
+	status := run(t, "status", "--json")
+	if !strings.Contains(status.stdout, clean) {
+		t.Errorf("status does not show the URL: %s", status.stdout)
+	}
+	for _, out := range []string{manifest, status.stdout, status.stderr} {
+		if strings.Contains(out, "s3cr3t") || strings.Contains(out, "t0k3n") {
+			t.Errorf("credentials shown: %s", out)
+		}
+	}
+	if r := run(t, "unmount", mnt); r.code != 0 {
+		t.Errorf("unmount: %+v", r)
+	}
+}
+
+// A URL the server refuses is one line with the status, exit status 1,
+// for every command that opens a source.
+func TestURLRefused(t *testing.T) {
+	testenv.RequireFUSE(t)
+	base, _ := testenv.StartNginx(t, fixtures.Dir(), false)
+	missing := strings.Replace(base, "://", "://reader:s3cr3t@", 1) + "/nothing-here.zt"
+	for _, args := range [][]string{{"inspect", missing}, {"cat", missing, "manifest.json"}, {"verify", missing}, {"mount", missing, t.TempDir()}} {
+		r := run(t, args...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != 1 || !strings.Contains(r.stderr, "404") || !strings.Contains(r.stderr, base+"/nothing-here.zt") || strings.Contains(r.stderr, "s3cr3t") {
+			t.Errorf("%s: exit %d, stderr %q", args[0], r.code, r.stderr)
+		}
+		if len(lines) != 1 {
+			t.Errorf("%s: %d lines of error: %q", args[0], len(lines), r.stderr)
+		}
+	}
+}
