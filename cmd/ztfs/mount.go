@@ -164,8 +164,8 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	boundMemory(int64(f.cache.size))
 	widenProcs()
 	abs, _ := filepath.Abs(source)
-	if session.Name(source) != source {
-		abs = session.Name(source) // a URL, without its credentials
+	if session.IsRemote(source) {
+		abs = session.Name(source) // without its credentials
 	}
 	var debugLog *log.Logger
 	if f.debug {

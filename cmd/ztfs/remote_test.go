@@ -34,11 +34,24 @@ func TestMountURL(t *testing.T) {
 			t.Errorf("cat %s differs from the mount (exit %d: %s)", path, c.code, c.stderr)
 		}
 	}
+	mounts := mustRead(t, "/proc/self/mounts")
+	found := false
+	for _, line := range strings.Split(mounts, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == mnt {
+			found = true
+			if f[0] != clean {
+				t.Errorf("the mount's source in /proc/self/mounts is %q, want %q", f[0], clean)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s is not in /proc/self/mounts", mnt)
+	}
 	status := run(t, "status", "--json")
 	if !strings.Contains(status.stdout, clean) {
 		t.Errorf("status does not show the URL: %s", status.stdout)
 	}
-	for _, out := range []string{manifest, status.stdout, status.stderr} {
+	for _, out := range []string{manifest, status.stdout, status.stderr, mounts} {
 		if strings.Contains(out, "s3cr3t") || strings.Contains(out, "t0k3n") {
 			t.Errorf("credentials shown: %s", out)
 		}

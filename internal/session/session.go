@@ -112,6 +112,10 @@ func Open(path string, opts Options) (*Session, error) {
 	return s, nil
 }
 
+// IsRemote reports whether path is a URL that Open reads over the
+// network rather than a file or folder.
+func IsRemote(path string) bool { return source.IsURL(path) }
+
 // Name is how path is named in messages, the manifest and logs: a URL
 // without its credentials and query (source.Redact), a path as given.
 func Name(path string) string {
