@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ztfs/ztfs/cache"
@@ -176,7 +177,7 @@ func (s *Session) openAny(path string, guard bool) (source.Source, error) {
 	}
 	src, err := source.OpenHTTP(context.Background(), path, s.remote)
 	if err != nil {
-		return nil, err
+		return nil, withoutName(err, source.Redact(path))
 	}
 	s.Sources = append(s.Sources, src)
 	return src, nil
@@ -310,6 +311,26 @@ func (s *Session) openShard(c *formats.Container, sh *formats.Shard, root string
 	}
 	return info, nil
 }
+
+// withoutName is err without name in front of its message: a remote
+// source's errors name it, as they must when a read fails in a mount, and
+// Open names what it opens once.
+func withoutName(err error, name string) error {
+	if msg, ok := strings.CutPrefix(err.Error(), name+": "); ok {
+		return &trimmedError{msg: msg, err: err}
+	}
+	return err
+}
+
+// trimmedError is an error with a shorter message; it unwraps to the
+// original, for errors.Is and errors.As.
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }
 
 // locate returns where shard sh of a container read from root is: next
 // to it, a path or a URL as root is.

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -514,6 +515,19 @@ func (s *HTTP) retry(ctx context.Context, what string, attempt func(ctx context.
 	}
 }
 
+// openFailure makes f, the failure of a request at open, final when the
+// host has no address or refuses connections: nothing is mounted yet, and
+// a mistyped host or a server that is down should be told at once rather
+// than after RetryFor. Once open, the same failures are retried: a server
+// restarting comes back.
+func openFailure(f *failure, err error) *failure {
+	var dns *net.DNSError
+	if (errors.As(err, &dns) && dns.IsNotFound) || errors.Is(err, syscall.ECONNREFUSED) {
+		f.kind = fatal
+	}
+	return f
+}
+
 // statusFailure classifies a status that is not the one hoped for.
 func statusFailure(code int) *failure {
 	f := &failure{kind: fatal, reason: fmt.Sprintf("%d %s", code, http.StatusText(code)), code: code}
@@ -533,7 +547,7 @@ func (s *HTTP) open(ctx context.Context) error {
 		defer cancel()
 		resp, err := s.do(actx, http.MethodHead, "", false)
 		if err != nil {
-			return false, s.transportFailure(err, actx)
+			return false, openFailure(s.transportFailure(err, actx), err)
 		}
 		resp.Body.Close()
 		switch code := resp.StatusCode; {
@@ -558,7 +572,7 @@ func (s *HTTP) open(ctx context.Context) error {
 			defer cancel()
 			resp, err := s.do(actx, http.MethodGet, "bytes=0-0", false)
 			if err != nil {
-				return false, s.transportFailure(err, actx)
+				return false, openFailure(s.transportFailure(err, actx), err)
 			}
 			defer resp.Body.Close()
 			cr := resp.Header.Get("Content-Range")
