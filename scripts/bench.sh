@@ -30,9 +30,13 @@
 #     its tensor.npy files;
 #   - GGUF: the tensor.npy of a Q4_0, Q8_0, Q4_K and Q6_K tensor (256 MiB of
 #     float32 each) against a memory copy of the same size.
+#   - remote: the first read of a REMOTE_SIZE raw component and of a zstd one
+#     through a mount of an http:// URL (nginx on 127.0.0.1), against curl
+#     of the same object; the raw one also with --remote-requests 1.
 #
 # Usage: scripts/bench.sh   SIZE=1GiB component size, RANDOM_SIZE=4GiB, TGM_SIZE=256MiB,
-#                           MODEL_SCALE=20 (about 600 MiB), SECTIONS="core folders gguf",
+#                           MODEL_SCALE=20 (about 600 MiB), REMOTE_SIZE=512MiB,
+#                           SECTIONS="core folders gguf remote",
 #                           WORK=dir where the files go (default /var/tmp), KEEP=1 keeps them
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,11 +55,12 @@ sqmnt=$work/sqmnt
 cleanup() {
   if grep -qs " $mnt fuse.ztfs " /proc/self/mounts; then bin/ztfs unmount -z "$mnt" >/dev/null 2>&1 || true; fi
   if grep -qs " $sqmnt " /proc/self/mounts; then fusermount3 -uz "$sqmnt" >/dev/null 2>&1 || umount -l "$sqmnt" || true; fi
+  if [ -n "${nginx_pid:-}" ]; then kill "$nginx_pid" 2>/dev/null || true; wait "$nginx_pid" 2>/dev/null || true; fi
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
-sections=${SECTIONS:-core folders gguf}
+sections=${SECTIONS:-core folders gguf remote}
 want() { [[ " $sections " == *" $1 "* ]]; }
 go build -o bin/ztfs ./cmd/ztfs
 go build -o bin/ztgen ./scripts/ztgen
@@ -373,6 +378,69 @@ if want gguf; then
   mcopy=$(mount_copy "$out_bytes")
   row "GGUF Q4_K tensor.npy, first read, against a copy through the mount" "a raw component of that size through a mount, first read ($(mbps "$out_bytes" "$mcopy") MiB/s)" "$(mbps "$out_bytes" "$q4k") MiB/s" "$(ratio "$mcopy" "$q4k")x" ">= 0.5x"
 fi # gguf
+
+if want remote; then
+  # A first read through a mount of an http:// URL: nginx of the bench's
+  # own on 127.0.0.1 (no latency: this measures the source's overhead, one
+  # stream), the page cache warm for nginx and curl alike.
+  ensure_packages nginx curl
+  remote_size=${REMOTE_SIZE:-512MiB}
+  www=$work/www
+  mkdir -p "$www" "$work/nginx"
+  bin/ztgen raw "$www/raw.zt" "$remote_size"
+  bin/ztgen zstd "$www/zstd.zt" "$remote_size"
+  port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cat >"$work/nginx/nginx.conf" <<CONF
+daemon off;
+master_process off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  default_type application/octet-stream;
+  types { }
+  sendfile on;
+  keepalive_requests 100000;
+  server {
+    listen 127.0.0.1:$port;
+    root $www;
+    location / { }
+  }
+}
+CONF
+  /usr/sbin/nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
+  nginx_pid=$!
+  base=http://127.0.0.1:$port
+  for i in $(seq 50); do curl -sf -o /dev/null -r 0-0 "$base/raw.zt" && break; sleep 0.1; done
+  cat "$www/raw.zt" "$www/zstd.zt" >/dev/null
+  rbytes=$(bin/ztfs inspect --json "$www/raw.zt" | jq '.tensors.big.components.data.size')
+  robject=$(stat -c %s "$www/raw.zt")
+  zobject=$(stat -c %s "$www/zstd.zt")
+  curl_time() { local t; t=$(now); curl -sf -o /dev/null "$1"; elapsed "$t"; }
+  curl -sf -o /dev/null "$base/raw.zt" # one warm-up of nginx's path
+  rcurl=$(curl_time "$base/raw.zt")
+  zcurl=$(curl_time "$base/zstd.zt")
+  bin/ztfs mount "$base/raw.zt" "$mnt"
+  rfirst=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "raw $remote_size component of an http:// URL (nginx, 127.0.0.1), 1 MiB reads, first read" "curl of the whole object ($(mbps "$robject" "$rcurl") MiB/s)" "$(mbps "$rbytes" "$rfirst") MiB/s" "$(awk -v a="$rbytes" -v at="$rfirst" -v b="$robject" -v bt="$rcurl" 'BEGIN { printf "%.2f", (a / at) / (b / bt) }')x" ">= 0.9x"
+  bin/ztfs mount --remote-requests 1 "$base/raw.zt" "$mnt"
+  rone=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$rone") MiB/s" "$(awk -v a="$rbytes" -v at="$rone" -v b="$robject" -v bt="$rcurl" 'BEGIN { printf "%.2f", (a / at) / (b / bt) }')x" "-"
+  bin/ztfs mount "$base/zstd.zt" "$mnt"
+  zfirst=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "zstd $remote_size component of an http:// URL ($(ratio "$rbytes" "$zobject"):1), first read" "the time of curl of the whole object ($(mbps "$zobject" "$zcurl") MiB/s of stored bytes)" "$(mbps "$rbytes" "$zfirst") MiB/s" "$(ratio "$zcurl" "$zfirst")x the speed" "-"
+  kill "$nginx_pid"; wait "$nginx_pid" 2>/dev/null || true; nginx_pid=
+  rm -rf "$www"
+fi # remote
 
 printf '\nztfs %s (commit %s%s), Linux %s, %d cores, %s, as %s (uid %d), sections: %s\n' "$(bin/ztfs --version | cut -d' ' -f2)" "$(git rev-parse --short HEAD)" "$(git diff --quiet HEAD || echo ', with changes')" "$(uname -r)" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)" "$(id -un)" "$(id -u)" "$sections"
 printf 'kernel read-ahead: ztfs %s KiB, squashfuse %s KiB, FUSE ceiling %s KiB; one run, every row\n\n' "$ztfs_ra" "$sq_ra" "$ceiling_ra"

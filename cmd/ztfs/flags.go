@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,22 @@ func (s *sizeFlag) Set(v string) error {
 }
 
 func (s *sizeFlag) Type() string { return "size" }
+
+// countFlag is a count of at least 1.
+type countFlag int
+
+func (c *countFlag) String() string { return strconv.Itoa(int(*c)) }
+
+func (c *countFlag) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return fmt.Errorf("invalid count %q (a whole number, at least 1)", v)
+	}
+	*c = countFlag(n)
+	return nil
+}
+
+func (c *countFlag) Type() string { return "int" }
 
 // mountOptions are the -o options ztfs knows.
 type mountOptions struct {
@@ -143,21 +160,26 @@ func (f *verifyFlags) mode() (pipeline.VerifyMode, error) {
 	return pipeline.VerifyDefault, nil
 }
 
-// sourceFlags is --follow-symlinks, for every command that opens a SOURCE.
+// sourceFlags is --follow-symlinks, --retry-for and --remote-requests, for
+// every command that opens a SOURCE.
 type sourceFlags struct {
 	followSymlinks bool
 	retryFor       time.Duration
+	requests       countFlag
 }
 
 func (f *sourceFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
 	fl.DurationVar(&f.retryFor, "retry-for", 60*time.Second, "how long a read of an http(s) source retries server errors, resets and timeouts before it fails (EIO)")
+	f.requests = 8
+	fl.Var(&f.requests, "remote-requests", "range requests to an http(s) source in flight at once, reads' and read-ahead's together")
 }
 
 // apply sets the session options the flags choose.
 func (f *sourceFlags) apply(o *session.Options) {
 	o.FollowSymlinks = f.followSymlinks
 	o.Remote.RetryFor = f.retryFor
+	o.Remote.Parallel = int(f.requests)
 }
 
 // shardFlags is --safetensors-shard-size, for the commands that show the

@@ -38,6 +38,7 @@ var optionFlags = map[string]struct {
 	"no_verify":              {"--no-verify", false},
 	"follow_symlinks":        {"--follow-symlinks", false},
 	"retry_for":              {"--retry-for", true},
+	"remote_requests":        {"--remote-requests", true},
 	"no_passthrough":         {"--no-passthrough", false},
 }
 

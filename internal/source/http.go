@@ -47,6 +47,20 @@ const (
 	// bodyChunk is how much of a reply body is read at a time, each read
 	// counting as progress.
 	bodyChunk = 256 << 10
+	// defaultMaxAhead is the read-ahead window's default bound: enough to
+	// keep several requests of chunkBytes in flight for a sequential
+	// reader, small enough that a mount of many shards, each a source with
+	// its own blocks, keeps its memory in the tens of MiB per file read.
+	defaultMaxAhead = 32 << 20
+	defaultParallel = 8
+	// chunkBytes bounds one range request of a read-ahead window or of a
+	// large read (never below one block), so that a window is fetched by
+	// several requests at once.
+	chunkBytes = 4 << 20
+	// seqSlack is how far a read may start from where the sequential
+	// reader's last read ended and still count as sequential: the kernel's
+	// requests of one stream arrive a few at a time, slightly out of order.
+	seqSlack = 4 << 20
 )
 
 // HTTPOptions configures an HTTP source.
@@ -62,6 +76,16 @@ type HTTPOptions struct {
 	RetryFor time.Duration
 	// BlockSize is the granularity of fetches: 0 means 1 MiB.
 	BlockSize int64
+	// Parallel bounds the range requests of the source in flight at once,
+	// reads' and read-ahead's together: 0 means 8.
+	Parallel int
+	// MaxAhead bounds the read-ahead window of a sequential reader, which
+	// starts at one block and doubles with each read-ahead up to it: 0
+	// means 32 MiB, a negative value turns read-ahead off. The blocks kept
+	// in memory are bounded by 8 MiB plus MaxAhead (so that the window is
+	// not evicted before it is read), plus at most Parallel requests of
+	// 4 MiB being received.
+	MaxAhead int64
 	// Logf, if not nil, is told of retries, failures and changes, in lines
 	// that name the URL without its credentials.
 	Logf func(format string, args ...any)
@@ -118,10 +142,14 @@ func Redact(rawURL string) string {
 // *HTTPStatusError naming the URL and the status.
 //
 // Reads fetch whole aligned blocks of BlockSize with range GETs, one
-// request for each run of consecutive blocks not at hand, and keep the
-// last few MiB of blocks in memory, so that a format's index, read in many
-// small pieces, costs a few requests; concurrent reads of one block share
-// one request. Every request is pinned to the version opened: If-Match on a
+// request for each run of up to 4 MiB of consecutive blocks not at hand,
+// at most Parallel requests at once, and keep the last few MiB of blocks
+// in memory, so that a format's index, read in many small pieces, costs a
+// few requests; concurrent reads of one block share one request. A
+// sequential reader is read ahead of, in a window that starts at one block
+// and doubles up to MaxAhead, fetched by several requests at once; a read
+// elsewhere fetches only what it needs. A read-ahead that fails fails no
+// read: a read that needs its blocks fetches them itself. Every request is pinned to the version opened: If-Match on a
 // strong ETag, else If-Unmodified-Since on Last-Modified (a weak ETag pins
 // nothing). Every reply is checked as well: a 206 whose Content-Range is
 // the range asked, whose total is the size opened and whose strong ETag,
@@ -160,6 +188,10 @@ type HTTP struct {
 	retryFor  time.Duration
 	blockSize int64
 	maxBlocks int
+	maxAhead  int64          // 0: no read-ahead
+	chunk     int            // blocks per request at most
+	sem       chan struct{}  // a slot per range request in flight
+	wg        sync.WaitGroup // fetches on goroutines of their own; Close waits
 
 	size    int64
 	etag    string // strong ETag at open, or ""
@@ -177,6 +209,11 @@ type HTTP struct {
 	cached   map[int64]*list.Element // of *block, in lru
 	lru      list.List               // most recently used first
 	inflight map[int64]*block
+	// The sequential reader: where its last read ended (-1: none yet), the
+	// read-ahead window, and the end of what was asked for ahead of it.
+	seqEnd   int64
+	ahead    int64
+	aheadEnd int64
 }
 
 var _ Source = (*HTTP)(nil)
@@ -187,6 +224,9 @@ type block struct {
 	data []byte
 	err  error
 	done chan struct{} // closed when data or err is set
+	// prefetch marks a block read ahead: its failure is no read's, and a
+	// read that needs the block fetches it itself.
+	prefetch bool
 }
 
 // OpenHTTP opens the file at rawURL (http:// or https://). Its errors name
@@ -235,7 +275,20 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 	if s.blockSize <= 0 {
 		s.blockSize = defaultBlockSize
 	}
-	s.maxBlocks = int(max(2, min(128, blockCacheBytes/s.blockSize)))
+	switch {
+	case opts.MaxAhead == 0:
+		s.maxAhead = defaultMaxAhead
+	case opts.MaxAhead > 0:
+		s.maxAhead = max(opts.MaxAhead, s.blockSize)
+	}
+	parallel := opts.Parallel
+	if parallel <= 0 {
+		parallel = defaultParallel
+	}
+	s.sem = make(chan struct{}, parallel)
+	s.chunk = int(max(1, chunkBytes/s.blockSize))
+	s.maxBlocks = int(max(2, min(128, blockCacheBytes/s.blockSize)) + (s.maxAhead+s.blockSize-1)/s.blockSize)
+	s.seqEnd = -1
 	s.cached = make(map[int64]*list.Element)
 	s.inflight = make(map[int64]*block)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -288,6 +341,7 @@ func (s *HTTP) OnChange(f func(error)) { s.w.add(f) }
 // be in progress or start.
 func (s *HTTP) Close() error {
 	s.cancel()
+	s.wg.Wait()
 	s.w.close()
 	if s.owned {
 		s.client.CloseIdleConnections()
@@ -635,41 +689,56 @@ func (s *HTTP) ReadAt(p []byte, off int64) (int, error) {
 	end := min(off+int64(len(p)), s.size)
 	first, last := off/s.blockSize, (end-1)/s.blockSize
 	blocks := make([]*block, last-first+1)
-	var mine []*block // to fetch here, in order
-	s.mu.Lock()
-	for i := range blocks {
-		idx := first + int64(i)
-		if e, ok := s.cached[idx]; ok {
-			s.lru.MoveToFront(e)
-			blocks[i] = e.Value.(*block)
-		} else if b, ok := s.inflight[idx]; ok {
-			blocks[i] = b
-		} else {
-			b := &block{idx: idx, done: make(chan struct{})}
-			s.inflight[idx] = b
-			blocks[i] = b
-			mine = append(mine, b)
+	for pass := 0; ; pass++ {
+		var mine []*block // to fetch here, in order
+		s.mu.Lock()
+		for i := range blocks {
+			idx := first + int64(i)
+			if e, ok := s.cached[idx]; ok {
+				s.lru.MoveToFront(e)
+				blocks[i] = e.Value.(*block)
+			} else if b, ok := s.inflight[idx]; ok {
+				blocks[i] = b
+			} else {
+				b := &block{idx: idx, done: make(chan struct{})}
+				s.inflight[idx] = b
+				blocks[i] = b
+				mine = append(mine, b)
+			}
 		}
-	}
-	s.mu.Unlock()
-	// Fetch every block of one's own before waiting for another reader's,
-	// so that no two readers wait for each other.
-	var err error
-	for len(mine) > 0 {
-		n := 1
-		for n < len(mine) && mine[n].idx == mine[n-1].idx+1 {
-			n++
+		var ahead []*block
+		if pass == 0 {
+			ahead = s.readAhead(off, end)
 		}
-		if err == nil {
-			err = s.fetch(mine[:n])
+		s.mu.Unlock()
+		// Fetch every block of one's own before waiting for another
+		// reader's, so that no two readers wait for each other: the last
+		// request here, the others (and the read-ahead) on goroutines of
+		// their own.
+		runs := s.split(mine)
+		for i, run := range runs {
+			if i == len(runs)-1 {
+				s.fetchRun(run)
+			} else {
+				s.goFetch(run)
+			}
 		}
-		s.finish(mine[:n], err)
-		mine = mine[n:]
-	}
-	for _, b := range blocks {
-		<-b.done
-		if b.err != nil {
-			return 0, b.err
+		for _, run := range s.split(ahead) {
+			s.goFetch(run)
+		}
+		again := false
+		for _, b := range blocks {
+			<-b.done
+			if b.err != nil && b.prefetch && pass < 3 {
+				// A read-ahead that failed is no read's failure: fetch
+				// the block here.
+				again = true
+			} else if b.err != nil {
+				return 0, b.err
+			}
+		}
+		if !again {
+			break
 		}
 	}
 	n := 0
@@ -683,6 +752,95 @@ func (s *HTTP) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readAhead follows the sequential reader with the read of [off, end) and
+// returns the blocks to read ahead of it, claimed as in flight; s.mu is
+// held. A read that starts where the reader's last one ended, or a little
+// further (seqSlack), continues the stream; when less than half of the
+// window remains fetched or in flight ahead of it, the window doubles
+// (from one block up to maxAhead) and the blocks up to end plus the window
+// are read ahead. A read a little behind is a piece of the stream that
+// arrived late and changes nothing; any other read starts afresh with no
+// window and fetches only what it needs.
+func (s *HTTP) readAhead(off, end int64) []*block {
+	if s.maxAhead == 0 || s.ctx.Err() != nil || s.err() != nil {
+		return nil
+	}
+	switch {
+	case s.seqEnd >= 0 && off >= s.seqEnd && off <= s.seqEnd+seqSlack:
+		s.seqEnd = end
+	case s.seqEnd >= 0 && off < s.seqEnd && off >= s.seqEnd-seqSlack:
+		return nil
+	default:
+		s.seqEnd, s.ahead, s.aheadEnd = end, 0, 0
+		return nil
+	}
+	if s.ahead > 0 && s.aheadEnd-end >= s.ahead/2 {
+		return nil
+	}
+	if s.ahead == 0 {
+		s.ahead = s.blockSize
+	} else {
+		s.ahead = min(2*s.ahead, s.maxAhead)
+	}
+	from := max(s.aheadEnd, end)
+	to := min((end+s.ahead+s.blockSize-1)/s.blockSize*s.blockSize, s.size)
+	if from >= to {
+		return nil
+	}
+	s.aheadEnd = to
+	var bs []*block
+	for idx := from / s.blockSize; idx*s.blockSize < to; idx++ {
+		if _, ok := s.cached[idx]; ok {
+			continue
+		}
+		if _, ok := s.inflight[idx]; ok {
+			continue
+		}
+		b := &block{idx: idx, done: make(chan struct{}), prefetch: true}
+		s.inflight[idx] = b
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// split cuts blocks, in order, into runs of consecutive blocks of at most
+// chunk blocks each: one range request each.
+func (s *HTTP) split(bs []*block) [][]*block {
+	var runs [][]*block
+	for len(bs) > 0 {
+		n := 1
+		for n < len(bs) && n < s.chunk && bs[n].idx == bs[n-1].idx+1 {
+			n++
+		}
+		runs = append(runs, bs[:n])
+		bs = bs[n:]
+	}
+	return runs
+}
+
+// goFetch fetches a run on a goroutine of its own, which Close waits for.
+func (s *HTTP) goFetch(run []*block) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.fetchRun(run)
+	}()
+}
+
+// fetchRun fetches a run of consecutive blocks with one request, in one of
+// the Parallel slots, and publishes them.
+func (s *HTTP) fetchRun(run []*block) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.ctx.Done():
+		s.finish(run, fmt.Errorf("%s: source closed", s.name))
+		return
+	}
+	err := s.fetch(run)
+	<-s.sem
+	s.finish(run, err)
 }
 
 // finish publishes fetched blocks (or the error) to the readers waiting
@@ -709,8 +867,13 @@ func (s *HTTP) finish(bs []*block, err error) {
 }
 
 // fetch fills consecutive blocks with one range request, retried from the
-// first byte still missing.
+// first byte still missing. A read-ahead's failure, a change included, is
+// left to the read that needs its blocks, which fetches them itself.
 func (s *HTTP) fetch(bs []*block) error {
+	prefetch := bs[0].prefetch
+	if err := s.err(); err != nil {
+		return err
+	}
 	start := bs[0].idx * s.blockSize
 	end := min((bs[len(bs)-1].idx+1)*s.blockSize, s.size)
 	for _, b := range bs {
@@ -718,6 +881,9 @@ func (s *HTTP) fetch(bs []*block) error {
 	}
 	got := start // bytes before got are in the blocks
 	what := fmt.Sprintf("bytes %d-%d", start, end-1)
+	if prefetch {
+		what = "read-ahead of " + what
+	}
 	f := s.retry(s.ctx, what, func(ctx context.Context, deadline time.Time) (bool, *failure) {
 		n, f := s.get(ctx, deadline, got, end, bs)
 		got += n
@@ -727,6 +893,8 @@ func (s *HTTP) fetch(bs []*block) error {
 	case f == nil:
 		s.lastCheck.Store(time.Now().UnixNano())
 		return nil
+	case prefetch:
+		return fmt.Errorf("%s: %s: %s", s.name, what, f.reason)
 	case f.kind == changed:
 		return s.markChanged(f.reason)
 	}

@@ -244,6 +244,11 @@ type proxy struct {
 	auth     []string // Authorization headers seen
 	// fault, if set, may answer request n (from 1) itself and return true.
 	fault func(n int, w http.ResponseWriter, r *http.Request) bool
+	// delay, if set, holds every GET that long before it is answered.
+	delay time.Duration
+	// active and maxActive count the GETs being answered, and the most at
+	// once.
+	active, maxActive int
 }
 
 func startProxy(t *testing.T, base string) *proxy {
@@ -263,10 +268,28 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.requests = append(p.requests, strings.TrimSpace(r.Method+" "+r.Header.Get("Range")))
 	p.auth = append(p.auth, r.Header.Get("Authorization"))
-	n, fault := len(p.requests), p.fault
+	n, fault, delay := len(p.requests), p.fault, p.delay
+	if r.Method == http.MethodGet {
+		p.active++
+		p.maxActive = max(p.maxActive, p.active)
+		defer func() {
+			p.mu.Lock()
+			p.active--
+			p.mu.Unlock()
+		}()
+	}
 	p.mu.Unlock()
 	if fault != nil && fault(n, w, r) {
 		return
+	}
+	if delay > 0 && r.Method == http.MethodGet {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
 	}
 	p.rp.ServeHTTP(w, r)
 }
@@ -274,6 +297,13 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (p *proxy) setFault(f func(n int, w http.ResponseWriter, r *http.Request) bool) {
 	p.mu.Lock()
 	p.fault = f
+	p.mu.Unlock()
+}
+
+// setDelay sets how long every GET is held before it is answered.
+func (p *proxy) setDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
 	p.mu.Unlock()
 }
 
