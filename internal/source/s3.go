@@ -59,7 +59,8 @@ func IsRemote(arg string) bool { return IsURL(arg) || IsS3URL(arg) }
 // from there too, us-east-1 when none is set; the endpoint from
 // AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or a profile's endpoint_url, in
 // which case buckets are addressed by path (http://host/bucket/key), as
-// S3-compatible servers expect.
+// S3-compatible servers expect. With no credentials anywhere in the chain,
+// requests are unsigned, as a public bucket accepts.
 //
 // Open costs one HeadObject, which gives the size and the ETag; a missing
 // object or bucket, a refusal (403: bad or missing credentials) or another
@@ -163,10 +164,15 @@ func OpenS3(ctx context.Context, rawURL string, opts S3Options) (*S3, error) {
 		cfg.Region = "us-east-1"
 	}
 	if cfg.Credentials != nil {
-		// Only to keep them out of messages: a provider that fails here
-		// fails the open below with its own reason.
+		// Retrieved here to keep them out of messages. With none found,
+		// requests go unsigned (a public bucket), and a private object is
+		// refused at open with 403 instead of a retry of the chain until
+		// RetryFor passes.
 		if c, err := cfg.Credentials.Retrieve(ctx); err == nil {
 			s.secret = append(s.secret, c.SecretAccessKey, c.SessionToken)
+		} else {
+			s.logf("%s: no AWS credentials found; requests are unsigned", s.name)
+			cfg.Credentials = aws.AnonymousCredentials{}
 		}
 	}
 	s.client = s3.NewFromConfig(cfg, func(o *s3.Options) {

@@ -294,3 +294,32 @@ func TestIsRemote(t *testing.T) {
 		}
 	}
 }
+
+// With no credentials anywhere in the chain, requests go unsigned: a
+// server that wants them refuses the open at once with 403.
+func TestS3NoCredentials(t *testing.T) {
+	srv := testenv.StartS3(t, "")
+	srv.Put(t, "there", []byte("x"))
+	none := t.TempDir() + "/none"
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+		"AWS_ENDPOINT_URL": srv.Endpoint, "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none,
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
+		"AWS_WEB_IDENTITY_TOKEN_FILE": "",
+	} {
+		t.Setenv(k, v)
+	}
+	var logs s3Logs
+	start := time.Now()
+	_, err := OpenS3(context.Background(), srv.URL("there"), S3Options{Logf: logs.logf})
+	var se *HTTPStatusError
+	if !errors.As(err, &se) || se.Code != 403 {
+		t.Fatalf("open without credentials: %v, want 403\n%s", err, logs.all())
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("open without credentials took %v", d)
+	}
+	if !strings.Contains(logs.all(), "unsigned") {
+		t.Errorf("the log does not say requests are unsigned:\n%s", logs.all())
+	}
+}
