@@ -43,6 +43,19 @@ ensure_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# ensure_versitygw installs versitygw, the S3 server (POSIX backend) the
+# s3:// source's tests start on 127.0.0.1, into $(go env GOPATH)/bin, where
+# the tests look for it, unless it is on PATH or there already.
+versitygw_version=v1.8.0
+ensure_versitygw() {
+  command -v versitygw >/dev/null 2>&1 && return 0
+  local bin
+  bin=$(go env GOPATH | cut -d: -f1)/bin
+  [ -x "$bin/versitygw" ] && return 0
+  echo "Installing versitygw $versitygw_version ..." >&2
+  (cd / && GOFLAGS= go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version")
+}
+
 # python_with_numpy prints a python3 that imports numpy: Debian's first.
 python_with_numpy() {
   for py in /usr/bin/python3 python3; do

@@ -4,7 +4,8 @@
 # packages, a short run of every fuzz target, and the demo.
 # Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
 #        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps, attr
-#        and nginx if missing; needs the Go of go.mod's go line)
+#        and nginx if missing, and versitygw with go install; needs the Go
+#        of go.mod's go line)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,8 @@ cd "$(dirname "$0")/.."
 ensure_go
 # nginx: the HTTP(S) server the remote source's tests start on 127.0.0.1.
 ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx
+# versitygw: the S3 server the s3:// source's tests start on 127.0.0.1.
+ensure_versitygw
 python_with_numpy >/dev/null
 [ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
 
@@ -25,7 +28,7 @@ section go vet
 go vet ./...
 
 section go test
-# Missing FUSE, NumPy, nginx or the Python modules of the zTensor v2 interop
+# Missing FUSE, NumPy, nginx, versitygw or the Python modules of the zTensor v2 interop
 # test fails the tests instead of skipping them.
 export ZTFS_REQUIRE_ALL=1
 go test -count=1 ./...

@@ -60,7 +60,7 @@ func helperArgs(argv []string) []string {
 	case len(args) > 0 && args[0] == "mount":
 		return append([]string{argv[0], "mount"}, translateOptions(args[1:])...)
 	case len(args) >= 2 && !strings.HasPrefix(args[0], "-") && !isCommand(args[0]):
-		if _, err := os.Stat(args[0]); err != nil && !source.IsURL(args[0]) {
+		if _, err := os.Stat(args[0]); err != nil && !source.IsRemote(args[0]) {
 			return argv // a mistyped command: let it be reported as one
 		}
 		if out, ok := helperMount(args); ok {

@@ -78,3 +78,37 @@ func TestURLRefused(t *testing.T) {
 		}
 	}
 }
+
+// An s3:// URL mounts and inspects with the credentials and the endpoint
+// from the environment; one the server does not have is one line with
+// the status and exit status 1.
+func TestMountS3URL(t *testing.T) {
+	srv := testenv.StartS3(t, fixtures.Dir())
+	none := filepath.Join(t.TempDir(), "none")
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey, "AWS_ENDPOINT_URL": srv.Endpoint,
+		"AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none, "AWS_EC2_METADATA_DISABLED": "true",
+	} {
+		t.Setenv(k, v)
+	}
+	url := srv.URL("ztensor/v1_1/valid/zstd.zt")
+	mnt := mountBackground(t, url)
+	manifest := mustRead(t, filepath.Join(mnt, "manifest.json"))
+	var m struct {
+		Source struct{ Path string } `json:"source"`
+	}
+	if err := json.Unmarshal([]byte(manifest), &m); err != nil || m.Source.Path != url {
+		t.Errorf("manifest.json source.path = %q (%v), want %q", m.Source.Path, err, url)
+	}
+	if inspect := run(t, "inspect", "--json", url); inspect.code != 0 || inspect.stdout != manifest {
+		t.Errorf("inspect --json of the URL differs from the mounted manifest.json: %+v", inspect)
+	}
+	if r := run(t, "unmount", mnt); r.code != 0 {
+		t.Errorf("unmount: %+v", r)
+	}
+	missing := srv.URL("nothing-here.zt")
+	r := run(t, "inspect", missing)
+	if lines := strings.Split(strings.TrimSpace(r.stderr), "\n"); r.code != 1 || len(lines) != 1 || !strings.Contains(r.stderr, missing+": 404") || strings.Contains(r.stderr, srv.SecretKey) {
+		t.Errorf("inspect of a missing object: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

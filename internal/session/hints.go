@@ -22,7 +22,7 @@ var shardName = regexp.MustCompile(`^(.*)-([0-9]+)-of-([0-9]+)\.([^.]+)$`)
 // before the source is mounted: a single shard of a checkpoint whose folder
 // holds the rest of it.
 func Hints(path string) []string {
-	if source.IsURL(path) {
+	if source.IsRemote(path) {
 		return nil
 	}
 	var hints []string

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 
+	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/testenv"
@@ -88,5 +90,61 @@ func writeSafetensors(t *testing.T, path string, size int) {
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestS3OpenBudget is TestRemoteOpenBudget over S3, from a versitygw of the
+// test's own: a HeadObject, the blocks of the index, and the HeadObject of
+// the check, per source.
+func TestS3OpenBudget(t *testing.T) {
+	dir := t.TempDir()
+	writeSafetensors(t, filepath.Join(dir, "big.safetensors"), 64<<20)
+	big := testenv.StartS3(t, dir)
+	fx := testenv.StartS3(t, fixtures.Dir())
+	type test struct {
+		srv  *testenv.S3Server
+		key  string
+		most int64
+	}
+	tests := []test{{big, "big.safetensors", 3}}
+	for _, f := range fixtures.All() {
+		if f.Reject == "" {
+			tests = append(tests, test{fx, filepath.ToSlash(f.Path), 0})
+		}
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			ct := &countingTransport{}
+			cfg := tc.srv.Config()
+			s, err := Open(tc.srv.URL(tc.key), Options{CacheSize: 1 << 20, S3: source.S3Options{Config: &cfg, HTTPClient: &http.Client{Transport: ct}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			most := tc.most
+			if most == 0 {
+				most = 3 * int64(len(s.Sources))
+			}
+			if got := ct.n.Load(); got > most {
+				t.Errorf("opening took %d requests, want at most %d", got, most)
+			}
+			if s.Container == nil || len(s.Sources) == 0 || s.Sources[0].Name() != tc.srv.URL(tc.key) {
+				t.Errorf("opened %v", s.Sources)
+			}
+		})
+	}
+}
+
+// A shard of an s3:// container is looked for next to it: same bucket,
+// same prefix.
+func TestLocateS3(t *testing.T) {
+	sh := &formats.Shard{Name: "base", Locate: func(p string) string { return path.Join(path.Dir(p), "base.zt") }}
+	for root, want := range map[string]string{
+		"s3://bucket/models/a/model.zt": "s3://bucket/models/a/base.zt",
+		"s3://bucket/model.zt":          "s3://bucket/base.zt",
+	} {
+		if got := locate(sh, root); got != want {
+			t.Errorf("locate(%q) = %q, want %q", root, got, want)
+		}
 	}
 }

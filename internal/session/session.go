@@ -50,6 +50,9 @@ type Options struct {
 	// Remote configures the sources that are http:// or https:// URLs;
 	// its Logf defaults to Logf.
 	Remote source.HTTPOptions
+	// S3 configures the sources that are s3:// URLs; its Logf and
+	// RetryFor default to Remote's.
+	S3 source.S3Options
 }
 
 // Session is one opened container.
@@ -83,6 +86,7 @@ type Session struct {
 	ViewPath string
 
 	remote source.HTTPOptions
+	s3     source.S3Options
 }
 
 // Source returns the container's own file.
@@ -90,13 +94,19 @@ func (s *Session) Source() source.Source { return s.Sources[0] }
 
 // Open opens and validates what path names: a container file, a model
 // folder, or a folder's weight index (model.safetensors.index.json), with
-// the shards the containers name; or a container at an http:// or
-// https:// URL, with its shards next to it. Its errors are one line that
+// the shards the containers name; or a container at an http://, https://
+// or s3:// URL, with its shards next to it. Its errors are one line that
 // starts with path (a URL without its credentials: source.Redact).
 func Open(path string, opts Options) (*Session, error) {
-	s := &Session{remote: opts.Remote}
+	s := &Session{remote: opts.Remote, s3: opts.S3}
 	if s.remote.Logf == nil {
 		s.remote.Logf = opts.Logf
+	}
+	if s.s3.Logf == nil {
+		s.s3.Logf = s.remote.Logf
+	}
+	if s.s3.RetryFor == 0 {
+		s.s3.RetryFor = s.remote.RetryFor
 	}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()
@@ -115,12 +125,12 @@ func Open(path string, opts Options) (*Session, error) {
 
 // IsRemote reports whether path is a URL that Open reads over the
 // network rather than a file or folder.
-func IsRemote(path string) bool { return source.IsURL(path) }
+func IsRemote(path string) bool { return source.IsRemote(path) }
 
 // Name is how path is named in messages, the manifest and logs: a URL
 // without its credentials and query (source.Redact), a path as given.
 func Name(path string) string {
-	if source.IsURL(path) {
+	if source.IsRemote(path) {
 		return source.Redact(path)
 	}
 	return path
@@ -128,7 +138,7 @@ func Name(path string) string {
 
 // openPath opens a folder, an index or a container file.
 func (s *Session) openPath(path string, opts Options) error {
-	if source.IsURL(path) {
+	if source.IsRemote(path) {
 		return s.openURL(path, opts)
 	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -155,8 +165,9 @@ func (s *Session) openPath(path string, opts Options) error {
 	return s.open(src, path, opts)
 }
 
-// openURL opens the container at an http:// or https:// URL. A model
-// folder or index over HTTP is not read yet: only a container file.
+// openURL opens the container at an http://, https:// or s3:// URL. A
+// model folder or index over HTTP or S3 is not read yet: only a container
+// file.
 func (s *Session) openURL(rawURL string, opts Options) error {
 	src, err := s.openAny(rawURL, opts.Guard)
 	if err != nil {
@@ -168,16 +179,22 @@ func (s *Session) openURL(rawURL string, opts Options) error {
 // openAny opens a source that is a URL or a file path, as the session's
 // next source.
 func (s *Session) openAny(path string, guard bool) (source.Source, error) {
-	if !source.IsURL(path) {
+	if !source.IsRemote(path) {
 		f, err := s.openSource(path, guard)
 		if err != nil {
 			return nil, err // not a nil *source.File in a non-nil Source
 		}
 		return f, nil
 	}
-	src, err := source.OpenHTTP(context.Background(), path, s.remote)
+	var src source.Source
+	var err error
+	if source.IsS3URL(path) {
+		src, err = source.OpenS3(context.Background(), path, s.s3)
+	} else {
+		src, err = source.OpenHTTP(context.Background(), path, s.remote)
+	}
 	if err != nil {
-		return nil, withoutName(err, source.Redact(path))
+		return nil, withoutName(err, source.Redact(path)) // not a nil pointer in a non-nil Source
 	}
 	s.Sources = append(s.Sources, src)
 	return src, nil
@@ -206,7 +223,7 @@ func (s *Session) open(src source.Source, path string, opts Options) error {
 	}
 	if splits, err := splitSet(c, path); err != nil {
 		return err
-	} else if splits != nil && source.IsURL(path) {
+	} else if splits != nil && source.IsRemote(path) {
 		return fmt.Errorf("one split of a %d-file GGUF model: a model split into several files is mounted from a folder, not from a URL", len(splits.Only))
 	} else if splits != nil {
 		// One split of a model: the model is all of them, next to it.
@@ -335,7 +352,7 @@ func (e *trimmedError) Unwrap() error { return e.err }
 // locate returns where shard sh of a container read from root is: next
 // to it, a path or a URL as root is.
 func locate(sh *formats.Shard, root string) string {
-	if !source.IsURL(root) {
+	if !source.IsRemote(root) {
 		return sh.Locate(root)
 	}
 	u, err := url.Parse(root)

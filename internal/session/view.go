@@ -25,7 +25,7 @@ func (s *Session) view(c *formats.Container, infos []tree.SourceInfo, origin *tr
 	if origin != nil {
 		from = origin.Path
 	}
-	if abs, err := filepath.Abs(from); err == nil && !source.IsURL(from) {
+	if abs, err := filepath.Abs(from); err == nil && !source.IsRemote(from) {
 		from = abs
 	}
 	files, omitted, err := safetensorsview.Build(c, s.Pipeline, safetensorsview.Options{ShardSize: opts.ShardSize, Source: from})

@@ -2,9 +2,9 @@
 // size, the identity of the version opened, and the detection of a change
 // to it, so that a mount never serves bytes of two versions. There is one
 // implementation of Source per kind of location: a local file (File, with
-// its read lease and its change watcher) and a file on an HTTP(S) server
-// (HTTP, read with range requests pinned to the version opened); S3
-// objects come next.
+// its read lease and its change watcher), a file on an HTTP(S) server
+// (HTTP, read with range requests pinned to the version opened) and an
+// object of an S3 bucket (S3, likewise, through the AWS SDK).
 package source
 
 import (

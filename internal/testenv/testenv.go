@@ -1,6 +1,7 @@
 // Package testenv lets tests demand what they need from the machine: FUSE
-// mounts, a Python with NumPy and the modules a test names, and nginx,
-// which StartNginx runs as a test's own HTTP(S) server. Where one
+// mounts, a Python with NumPy and the modules a test names, nginx, which
+// StartNginx runs as a test's own HTTP(S) server, and versitygw, which
+// StartS3 runs as a test's own S3 server. Where one
 // is missing a test is skipped on a developer's machine, but fails when
 // ZTFS_REQUIRE_ALL=1, as in CI, so that nothing is silently left untested
 // there.

@@ -208,7 +208,7 @@ func Build(c *formats.Container, p *pipeline.Pipeline, sources []SourceInfo) (*T
 
 // absolute returns path made absolute, or a source's URL as it is.
 func absolute(path string) (string, error) {
-	if source.IsURL(path) {
+	if source.IsRemote(path) {
 		return path, nil
 	}
 	return filepath.Abs(path)

@@ -119,7 +119,7 @@ type verifier struct {
 func (v *verifier) run(path string) *Report {
 	c := v.s.Container
 	abs, err := filepath.Abs(path)
-	if err != nil || source.IsURL(path) {
+	if err != nil || source.IsRemote(path) {
 		abs = session.Name(path) // a URL, without its credentials
 	}
 	size := v.s.Source().Size()
