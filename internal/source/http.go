@@ -535,13 +535,18 @@ const (
 func (s *HTTP) retry(ctx context.Context, what string, attempt func(ctx context.Context, deadline time.Time) (progress bool, f *failure)) *failure {
 	start := time.Now()
 	deadline := start.Add(s.retryFor)
+	var last *failure // the last failure that was not the deadline cutting an attempt short
 	for n := 0; ; n++ {
 		progress, f := attempt(ctx, deadline)
+		cut := !time.Now().Before(deadline)
 		if progress {
 			deadline = time.Now().Add(s.retryFor)
 		}
 		if f == nil || f.kind != transient {
 			return f
+		}
+		if !cut || last == nil {
+			last = f
 		}
 		if ctx.Err() != nil || s.ctx.Err() != nil {
 			return &failure{kind: fatal, reason: f.reason}
@@ -552,10 +557,12 @@ func (s *HTTP) retry(ctx context.Context, what string, attempt func(ctx context.
 			if n > 0 {
 				attempts = fmt.Sprintf("%d attempts", n+1)
 			}
+			// The server's last answer says more than an attempt the
+			// deadline cut short.
 			reason := fmt.Sprintf("%s (gave up after %s in %v; the bound is %v without progress)",
-				f.reason, attempts, time.Since(start).Round(10*time.Millisecond), s.retryFor)
+				last.reason, attempts, time.Since(start).Round(10*time.Millisecond), s.retryFor)
 			s.logf("%s: %s: %s", s.name, what, reason)
-			return &failure{kind: fatal, reason: reason, code: f.code}
+			return &failure{kind: fatal, reason: reason, code: last.code}
 		}
 		s.logf("%s: %s: %s; retrying in %v", s.name, what, f.reason, pause.Round(time.Millisecond))
 		t := time.NewTimer(pause)
