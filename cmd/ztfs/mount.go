@@ -171,6 +171,13 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if f.debug {
 		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
 	}
+	// SIGINT and SIGTERM are caught from before the mount exists: one that
+	// came between the mount and the handler below would kill the server
+	// and leave a dead mount behind ("transport endpoint is not
+	// connected"). The handler runs once the mount serves.
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
 	var server *fuse.Server
 	helperOutput, err := captureStderr(func() error {
 		var err error
@@ -201,8 +208,6 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	defer stopProfiles()
 	ready(nil)
 
-	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		for sig := range signals {
 			logf("%v: unmounting %s", sig, mountpoint)
