@@ -154,39 +154,9 @@ func OpenS3(ctx context.Context, rawURL string, opts S3Options) (*S3, error) {
 		s.blockSize = defaultBlockSize
 	}
 	s.maxBlocks = int(max(2, min(128, blockCacheBytes/s.blockSize)))
-	var cfg aws.Config
-	if opts.Config != nil {
-		cfg = opts.Config.Copy()
-	} else if cfg, err = config.LoadDefaultConfig(ctx); err != nil {
-		return nil, fmt.Errorf("%s: AWS configuration: %s", s.name, err)
+	if s.client, s.secret, err = newS3Client(ctx, s.name, opts, s.logf); err != nil {
+		return nil, err
 	}
-	if cfg.Region == "" {
-		cfg.Region = "us-east-1"
-	}
-	if cfg.Credentials != nil {
-		// Retrieved here to keep them out of messages. With none found,
-		// requests go unsigned (a public bucket), and a private object is
-		// refused at open with 403 instead of a retry of the chain until
-		// RetryFor passes.
-		if c, err := cfg.Credentials.Retrieve(ctx); err == nil {
-			s.secret = append(s.secret, c.SecretAccessKey, c.SessionToken)
-		} else {
-			s.logf("%s: no AWS credentials found; requests are unsigned", s.name)
-			cfg.Credentials = aws.AnonymousCredentials{}
-		}
-	}
-	s.client = s3.NewFromConfig(cfg, func(o *s3.Options) {
-		// Set from AWS_ENDPOINT_URL(_S3) or a profile by now: an
-		// S3-compatible server, which wants the bucket in the path.
-		if o.BaseEndpoint != nil {
-			o.UsePathStyle = true
-		}
-		o.Retryer = aws.NopRetryer{}
-		o.DisableLogOutputChecksumValidationSkipped = true
-		if opts.HTTPClient != nil {
-			o.HTTPClient = opts.HTTPClient
-		}
-	})
 	s.cached = make(map[int64]*list.Element)
 	s.inflight = make(map[int64]*s3Block)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -198,6 +168,50 @@ func OpenS3(ctx context.Context, rawURL string, opts S3Options) (*S3, error) {
 	s.w = newWatcher()
 	go s.watch()
 	return s, nil
+}
+
+// newS3Client makes a client from opts or the standard chain, as S3's doc
+// comment says, and returns the secrets that messages must never hold.
+// name names what it is for in messages.
+func newS3Client(ctx context.Context, name string, opts S3Options, logf func(string, ...any)) (*s3.Client, []string, error) {
+	var cfg aws.Config
+	if opts.Config != nil {
+		cfg = opts.Config.Copy()
+	} else {
+		var err error
+		if cfg, err = config.LoadDefaultConfig(ctx); err != nil {
+			return nil, nil, fmt.Errorf("%s: AWS configuration: %s", name, err)
+		}
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	var secret []string
+	if cfg.Credentials != nil {
+		// Retrieved here to keep them out of messages. With none found,
+		// requests go unsigned (a public bucket), and a private object is
+		// refused at open with 403 instead of a retry of the chain until
+		// RetryFor passes.
+		if c, err := cfg.Credentials.Retrieve(ctx); err == nil {
+			secret = append(secret, c.SecretAccessKey, c.SessionToken)
+		} else {
+			logf("%s: no AWS credentials found; requests are unsigned", name)
+			cfg.Credentials = aws.AnonymousCredentials{}
+		}
+	}
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		// Set from AWS_ENDPOINT_URL(_S3) or a profile by now: an
+		// S3-compatible server, which wants the bucket in the path.
+		if o.BaseEndpoint != nil {
+			o.UsePathStyle = true
+		}
+		o.Retryer = aws.NopRetryer{}
+		o.DisableLogOutputChecksumValidationSkipped = true
+		if opts.HTTPClient != nil {
+			o.HTTPClient = opts.HTTPClient
+		}
+	})
+	return client, secret, nil
 }
 
 // Name returns s3://bucket/key.
