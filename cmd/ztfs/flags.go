@@ -160,19 +160,28 @@ func (f *verifyFlags) mode() (pipeline.VerifyMode, error) {
 	return pipeline.VerifyDefault, nil
 }
 
-// sourceFlags is --follow-symlinks, --retry-for and --remote-requests, for
-// every command that opens a SOURCE.
+// sourceFlags is --follow-symlinks, --retry-for, --remote-requests,
+// --cache-dir and --cache-dir-size, for every command that opens a SOURCE.
 type sourceFlags struct {
 	followSymlinks bool
 	retryFor       time.Duration
 	requests       countFlag
+	cacheDir       string
+	cacheDirSize   sizeFlag
 }
+
+// defaultCacheDirSize bounds --cache-dir when --cache-dir-size is not
+// given: a few models' worth of blocks.
+const defaultCacheDirSize = 10 << 30
 
 func (f *sourceFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
 	fl.DurationVar(&f.retryFor, "retry-for", 60*time.Second, "how long a read of an http(s) source retries server errors, resets and timeouts before it fails (EIO)")
 	f.requests = 8
-	fl.Var(&f.requests, "remote-requests", "range requests to an http(s) source in flight at once, reads' and read-ahead's together")
+	fl.Var(&f.requests, "remote-requests", "range requests to an http(s) or s3 source in flight at once, reads' and read-ahead's together")
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "keep the blocks read from http(s) and s3 sources in `DIR` too, across mounts (checked when read back)")
+	f.cacheDirSize = defaultCacheDirSize
+	fl.Var(&f.cacheDirSize, "cache-dir-size", "bound of --cache-dir: the least recently used blocks are removed beyond it, e.g. 20GiB")
 }
 
 // apply sets the session options the flags choose.
@@ -180,6 +189,8 @@ func (f *sourceFlags) apply(o *session.Options) {
 	o.FollowSymlinks = f.followSymlinks
 	o.Remote.RetryFor = f.retryFor
 	o.Remote.Parallel = int(f.requests)
+	o.CacheDir = f.cacheDir
+	o.CacheDirSize = int64(f.cacheDirSize)
 }
 
 // shardFlags is --safetensors-shard-size, for the commands that show the

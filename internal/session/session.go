@@ -50,9 +50,13 @@ type Options struct {
 	// Remote configures the sources that are http:// or https:// URLs;
 	// its Logf defaults to Logf.
 	Remote source.HTTPOptions
-	// S3 configures the sources that are s3:// URLs; its Logf and
-	// RetryFor default to Remote's.
+	// S3 configures the sources that are s3:// URLs; its Logf, RetryFor,
+	// Parallel and MaxAhead default to Remote's.
 	S3 source.S3Options
+	// CacheDir, if set, keeps the blocks of remote sources on disk too,
+	// across sessions (source.DiskCache), bounded by CacheDirSize bytes.
+	CacheDir     string
+	CacheDirSize int64
 }
 
 // Session is one opened container.
@@ -107,6 +111,19 @@ func Open(path string, opts Options) (*Session, error) {
 	}
 	if s.s3.RetryFor == 0 {
 		s.s3.RetryFor = s.remote.RetryFor
+	}
+	if s.s3.Parallel == 0 {
+		s.s3.Parallel = s.remote.Parallel
+	}
+	if s.s3.MaxAhead == 0 {
+		s.s3.MaxAhead = s.remote.MaxAhead
+	}
+	if opts.CacheDir != "" && source.IsRemote(path) {
+		disk, err := source.OpenDiskCache(opts.CacheDir, opts.CacheDirSize)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", Name(path), err)
+		}
+		s.remote.Disk, s.s3.Disk = disk, disk
 	}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()

@@ -327,8 +327,9 @@ func (p *proxy) log() []string {
 // resetMidBody answers r with the upstream's headers and half its body, then
 // resets the connection.
 func (p *proxy) resetMidBody(w http.ResponseWriter, r *http.Request) {
-	req, _ := http.NewRequest(r.Method, p.upstream.String()+r.URL.Path, nil)
+	req, _ := http.NewRequest(r.Method, p.upstream.String()+r.URL.RequestURI(), nil)
 	req.Header = r.Header.Clone()
+	req.Host = r.Host // as signed, for S3
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Errorf("proxy: %v", err)

@@ -1,16 +1,12 @@
 package source
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,6 +32,12 @@ type S3Options struct {
 	RetryFor time.Duration
 	// BlockSize is the granularity of fetches: 0 means 1 MiB.
 	BlockSize int64
+	// Parallel and MaxAhead are as HTTPOptions' (0 means 8 requests and
+	// 128 MiB of read-ahead).
+	Parallel int
+	MaxAhead int64
+	// Disk, if not nil, keeps fetched blocks on disk across mounts.
+	Disk *DiskCache
 	// Logf, if not nil, is told of retries, failures and changes, in lines
 	// that name the object as s3://bucket/key and hold no credential.
 	Logf func(format string, args ...any)
@@ -66,9 +68,11 @@ func IsRemote(arg string) bool { return IsURL(arg) || IsS3URL(arg) }
 // object or bucket, a refusal (403: bad or missing credentials) or another
 // 4xx is an *HTTPStatusError naming s3://bucket/key and the status.
 //
-// Reads are as HTTP's: GetObject of whole aligned blocks of BlockSize,
-// one request for each run of consecutive blocks not at hand, the last
-// few MiB of blocks kept in memory, concurrent reads of one block sharing
+// Reads are as HTTP's, by the same code: GetObject of whole aligned
+// blocks of BlockSize, one request for each run of up to 4 MiB of blocks
+// not at hand, at most Parallel at once, read-ahead for a sequential
+// reader that doubles up to MaxAhead, the last few MiB of blocks kept in
+// memory (and on Disk, when given), concurrent reads of one block sharing
 // one request. Every request carries If-Match on the ETag opened, and
 // every reply is checked: its Content-Range is the range asked, its total
 // the size opened, its ETag the one opened. A 412 (PreconditionFailed),
@@ -84,41 +88,14 @@ func IsRemote(arg string) bool { return IsURL(arg) || IsS3URL(arg) }
 // bound holds for every remote source. Messages name the object as
 // s3://bucket/key and never hold the secret key or session token.
 type S3 struct {
-	name   string // s3://bucket/key
+	*remote
 	bucket string
 	key    string
 	client *s3.Client
-	secret []string
-	logf   func(string, ...any)
-
-	retryFor  time.Duration
-	blockSize int64
-	maxBlocks int
-
-	size int64
-	etag string
-
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
-
-	lastCheck atomic.Int64
-	changed   atomic.Pointer[error]
-	w         *watcher
-
-	mu       sync.Mutex
-	cached   map[int64]*list.Element // of *s3Block, in lru
-	lru      list.List
-	inflight map[int64]*s3Block
+	etag   string
 }
 
 var _ Source = (*S3)(nil)
-
-type s3Block struct {
-	idx  int64
-	data []byte
-	err  error
-	done chan struct{}
-}
 
 // ParseS3URL splits s3://bucket/key into the bucket and the key (which
 // may hold slashes). A query or fragment is not part of the key.
@@ -142,31 +119,18 @@ func OpenS3(ctx context.Context, rawURL string, opts S3Options) (*S3, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &S3{name: "s3://" + bucket + "/" + key, bucket: bucket, key: key, logf: opts.Logf,
-		retryFor: opts.RetryFor, blockSize: opts.BlockSize}
-	if s.logf == nil {
-		s.logf = func(string, ...any) {}
-	}
-	if s.retryFor <= 0 {
-		s.retryFor = defaultRetryFor
-	}
-	if s.blockSize <= 0 {
-		s.blockSize = defaultBlockSize
-	}
-	s.maxBlocks = int(max(2, min(128, blockCacheBytes/s.blockSize)))
+	s := &S3{bucket: bucket, key: key}
+	s.remote = newRemote("s3://"+bucket+"/"+key, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf})
 	if s.client, s.secret, err = newS3Client(ctx, s.name, opts, s.logf); err != nil {
+		s.abandon(s)
 		return nil, err
 	}
-	s.cached = make(map[int64]*list.Element)
-	s.inflight = make(map[int64]*s3Block)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.open(ctx); err != nil {
-		s.cancel()
+		s.abandon(s)
 		return nil, err
 	}
-	s.lastCheck.Store(time.Now().UnixNano())
-	s.w = newWatcher()
-	go s.watch()
+	s.start(s, s.size, s.Version(), opts.Disk)
 	return s, nil
 }
 
@@ -214,96 +178,35 @@ func newS3Client(ctx context.Context, name string, opts S3Options, logf func(str
 	return client, secret, nil
 }
 
-// Name returns s3://bucket/key.
-func (s *S3) Name() string { return s.name }
-
-// Size returns the size at open.
-func (s *S3) Size() int64 { return s.size }
-
 // Version returns the ETag and the size at open.
 func (s *S3) Version() string { return fmt.Sprintf("etag %s size %d", s.etag, s.size) }
 
-// OnChange arranges for f to run once, with the reason, when a change is
-// first seen, on the source's own goroutine, never inside a read.
-func (s *S3) OnChange(f func(error)) { s.w.add(f) }
-
-// Close stops the source's goroutine and any retry in progress. No read may
-// be in progress or start.
-func (s *S3) Close() error {
-	s.cancel()
-	s.w.close()
-	return nil
-}
-
-func (s *S3) watch() {
-	defer close(s.w.done)
-	for {
-		select {
-		case <-s.w.stop:
-			return
-		case <-s.w.wake:
-		}
-		s.w.run(s.err())
-	}
-}
-
-func (s *S3) err() error {
-	if p := s.changed.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (s *S3) markChanged(reason string) error {
-	err := fmt.Errorf("%s: %w (%s)", s.name, ErrChanged, s.scrub(reason))
-	if s.changed.CompareAndSwap(nil, &err) {
-		s.logf("%v", err)
-		if s.w != nil {
-			s.w.poke()
-		}
-	}
-	return s.err()
-}
-
-// Check reports a change seen by a read or a check, and asks the server
-// (CheckNow) when no reply has confirmed the version for a second.
-func (s *S3) Check() error {
-	if err := s.err(); err != nil {
-		return err
-	}
-	if time.Now().UnixNano()-s.lastCheck.Load() < int64(remoteCheckInterval) {
-		return nil
-	}
-	return s.CheckNow()
-}
-
-// CheckNow asks with a HeadObject whether the object is still the version
-// opened (ETag and size). A failure to get an answer is logged and is not
-// a change.
-func (s *S3) CheckNow() error {
-	if err := s.err(); err != nil {
-		return err
-	}
-	s.lastCheck.Store(time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(s.ctx, min(checkTimeout, s.retryFor))
-	defer cancel()
+// check asks with a HeadObject whether the object is still the version
+// opened (ETag and size), for CheckNow.
+func (s *S3) check(ctx context.Context) string {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &s.key})
 	if err != nil {
 		f := s.failure(err, ctx)
 		if f.code == http.StatusNotFound {
-			return s.markChanged("the object is no longer there")
+			return "the object is no longer there"
 		}
 		s.logf("%s: check: %s", s.name, f.reason)
-		return nil
+		return ""
 	}
 	if etag := aws.ToString(out.ETag); etag != s.etag {
-		return s.markChanged(fmt.Sprintf("ETag %s, was %s", etag, s.etag))
+		return fmt.Sprintf("ETag %s, was %s", etag, s.etag)
 	}
 	if n := aws.ToInt64(out.ContentLength); n != s.size {
-		return s.markChanged(fmt.Sprintf("size %d, was %d", n, s.size))
+		return fmt.Sprintf("size %d, was %d", n, s.size)
 	}
-	return nil
+	return ""
 }
+
+// close has nothing to release: the SDK's client keeps no goroutine.
+func (s *S3) close() {}
+
+// classify describes an error of reading a reply's body.
+func (s *S3) classify(err error, ctx context.Context) *failure { return s.failure(err, ctx) }
 
 // failure classifies an error of the SDK: the status of a reply, else a
 // failure of the transport, which is retried. Its reason holds neither the
@@ -355,62 +258,6 @@ func (s *S3) failure(err error, ctx context.Context) *failure {
 	return &failure{kind: transient, reason: s.scrub(msg)}
 }
 
-func (s *S3) scrub(msg string) string {
-	for _, secret := range s.secret {
-		if secret != "" {
-			msg = strings.ReplaceAll(msg, secret, "…")
-		}
-	}
-	return msg
-}
-
-// retry is HTTP's retry: attempt until success, a failure that is not
-// transient, or RetryFor without progress, with exponential backoff and
-// full jitter.
-func (s *S3) retry(ctx context.Context, what string, attempt func(ctx context.Context, deadline time.Time) (progress bool, f *failure)) *failure {
-	start := time.Now()
-	deadline := start.Add(s.retryFor)
-	var last *failure // the last failure that was not the deadline cutting an attempt short
-	for n := 0; ; n++ {
-		progress, f := attempt(ctx, deadline)
-		cut := !time.Now().Before(deadline)
-		if progress {
-			deadline = time.Now().Add(s.retryFor)
-		}
-		if f == nil || f.kind != transient {
-			return f
-		}
-		if !cut || last == nil {
-			last = f
-		}
-		if ctx.Err() != nil || s.ctx.Err() != nil {
-			return &failure{kind: fatal, reason: f.reason, code: f.code}
-		}
-		pause := time.Duration(rand.Int64N(int64(min(backoffCap, backoffStart<<min(n, 16))) + 1))
-		if time.Now().Add(pause).After(deadline) {
-			attempts := "1 attempt"
-			if n > 0 {
-				attempts = fmt.Sprintf("%d attempts", n+1)
-			}
-			// The server's last answer says more than an attempt the
-			// deadline cut short.
-			reason := fmt.Sprintf("%s (gave up after %s in %v; the bound is %v without progress)",
-				last.reason, attempts, time.Since(start).Round(10*time.Millisecond), s.retryFor)
-			s.logf("%s: %s: %s", s.name, what, reason)
-			return &failure{kind: fatal, reason: reason, code: last.code}
-		}
-		s.logf("%s: %s: %s; retrying in %v", s.name, what, f.reason, pause.Round(time.Millisecond))
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		case <-s.ctx.Done():
-			t.Stop()
-		}
-	}
-}
-
 // open learns the size and the ETag with one HeadObject.
 func (s *S3) open(ctx context.Context) error {
 	f := s.retry(ctx, "HeadObject", func(ctx context.Context, deadline time.Time) (bool, *failure) {
@@ -431,184 +278,35 @@ func (s *S3) open(ctx context.Context) error {
 		return false, nil
 	})
 	if f != nil {
-		if f.code >= 400 {
-			s.logf("%s: %s", s.name, f.reason)
-			return &HTTPStatusError{URL: s.name, Code: f.code}
-		}
-		return fmt.Errorf("%s: %s", s.name, f.reason)
+		return s.openError(f)
 	}
 	return nil
 }
 
-// ReadAt reads len(p) bytes at off of the version opened, as io.ReaderAt
-// says: fewer only at the end of the object, with io.EOF.
-func (s *S3) ReadAt(p []byte, off int64) (int, error) {
-	if err := s.err(); err != nil {
-		return 0, err
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("%s: read at negative offset %d", s.name, off)
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if off >= s.size {
-		return 0, io.EOF
-	}
-	end := min(off+int64(len(p)), s.size)
-	first, last := off/s.blockSize, (end-1)/s.blockSize
-	blocks := make([]*s3Block, last-first+1)
-	var mine []*s3Block
-	s.mu.Lock()
-	for i := range blocks {
-		idx := first + int64(i)
-		if e, ok := s.cached[idx]; ok {
-			s.lru.MoveToFront(e)
-			blocks[i] = e.Value.(*s3Block)
-		} else if b, ok := s.inflight[idx]; ok {
-			blocks[i] = b
-		} else {
-			b := &s3Block{idx: idx, done: make(chan struct{})}
-			s.inflight[idx] = b
-			blocks[i] = b
-			mine = append(mine, b)
-		}
-	}
-	s.mu.Unlock()
-	var err error
-	for len(mine) > 0 {
-		n := 1
-		for n < len(mine) && mine[n].idx == mine[n-1].idx+1 {
-			n++
-		}
-		if err == nil {
-			err = s.fetch(mine[:n])
-		}
-		s.finish(mine[:n], err)
-		mine = mine[n:]
-	}
-	for _, b := range blocks {
-		<-b.done
-		if b.err != nil {
-			return 0, b.err
-		}
-	}
-	n := 0
-	for _, b := range blocks {
-		start := b.idx * s.blockSize
-		lo := max(off, start) - start
-		hi := min(end, start+int64(len(b.data))) - start
-		n += copy(p[n:], b.data[lo:hi])
-	}
-	if end < off+int64(len(p)) {
-		return n, io.EOF
-	}
-	return n, nil
-}
-
-func (s *S3) finish(bs []*s3Block, err error) {
-	s.mu.Lock()
-	for _, b := range bs {
-		delete(s.inflight, b.idx)
-		if err != nil {
-			b.err = err
-			b.data = nil
-			continue
-		}
-		s.cached[b.idx] = s.lru.PushFront(b)
-	}
-	for s.lru.Len() > s.maxBlocks {
-		old := s.lru.Remove(s.lru.Back()).(*s3Block)
-		delete(s.cached, old.idx)
-	}
-	s.mu.Unlock()
-	for _, b := range bs {
-		close(b.done)
-	}
-}
-
-// fetch fills consecutive blocks with one GetObject, retried from the
-// first byte still missing.
-func (s *S3) fetch(bs []*s3Block) error {
-	start := bs[0].idx * s.blockSize
-	end := min((bs[len(bs)-1].idx+1)*s.blockSize, s.size)
-	for _, b := range bs {
-		b.data = make([]byte, min(s.blockSize, s.size-b.idx*s.blockSize))
-	}
-	got := start
-	what := fmt.Sprintf("bytes %d-%d", start, end-1)
-	f := s.retry(s.ctx, what, func(ctx context.Context, deadline time.Time) (bool, *failure) {
-		n, f := s.get(ctx, deadline, got, end, bs)
-		got += n
-		return n > 0, f
-	})
-	switch {
-	case f == nil:
-		s.lastCheck.Store(time.Now().UnixNano())
-		return nil
-	case f.kind == changed:
-		return s.markChanged(f.reason)
-	}
-	s.logf("%s: %s: %s", s.name, what, f.reason)
-	return fmt.Errorf("%s: %s: %s", s.name, what, f.reason)
-}
-
-// get is one GetObject of [from, end), pinned to the ETag, whose bytes go
-// to their places in bs. It returns how many bytes it received. The
-// request is canceled when the deadline passes with no reply, or when no
-// byte of the body arrives for RetryFor.
-func (s *S3) get(ctx context.Context, deadline time.Time, from, end int64, bs []*s3Block) (int64, *failure) {
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(time.Until(deadline), func() { timedOut.Store(true); cancel() })
-	defer timer.Stop()
-	fail := func(err error) *failure {
-		if timedOut.Load() {
-			return &failure{kind: transient, reason: fmt.Sprintf("nothing received for %v", s.retryFor)}
-		}
-		return s.failure(err, actx)
-	}
+// get is one GetObject of [from, end), pinned to the ETag, for the core's
+// fetches.
+func (s *S3) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure) {
 	rng := fmt.Sprintf("bytes=%d-%d", from, end-1)
-	out, err := s.client.GetObject(actx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key, Range: &rng, IfMatch: &s.etag})
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &s.key, Range: &rng, IfMatch: &s.etag})
 	if err != nil {
-		f := fail(err)
+		f := s.failure(err, ctx)
 		switch f.code {
 		case http.StatusPreconditionFailed:
-			return 0, &failure{kind: changed, code: f.code, reason: "412 Precondition Failed: not the version opened"}
+			return nil, &failure{kind: changed, code: f.code, reason: "412 Precondition Failed: not the version opened"}
 		case http.StatusNotFound:
-			return 0, &failure{kind: changed, code: f.code, reason: "404 Not Found: no longer there"}
+			return nil, &failure{kind: changed, code: f.code, reason: "404 Not Found: no longer there"}
 		case http.StatusRequestedRangeNotSatisfiable:
-			return 0, &failure{kind: changed, code: f.code, reason: "416 Range Not Satisfiable: the object is shorter"}
+			return nil, &failure{kind: changed, code: f.code, reason: "416 Range Not Satisfiable: the object is shorter"}
 		}
-		return 0, f
+		return nil, f
 	}
-	defer out.Body.Close()
 	cl := int64(-1)
 	if out.ContentLength != nil {
 		cl = *out.ContentLength
 	}
 	if f := checkReply(http.StatusPartialContent, aws.ToString(out.ContentRange), cl, aws.ToString(out.ETag), from, end-1, s.size, s.etag); f != nil {
-		return 0, f
+		out.Body.Close()
+		return nil, f
 	}
-	var n int64
-	for _, b := range bs {
-		bstart := b.idx * s.blockSize
-		bend := bstart + int64(len(b.data))
-		for pos := max(from+n, bstart); pos < bend; {
-			k, err := out.Body.Read(b.data[pos-bstart : min(bend, pos+bodyChunk)-bstart])
-			pos += int64(k)
-			n += int64(k)
-			if k > 0 {
-				timer.Reset(s.retryFor)
-			}
-			if err == io.EOF && pos < bend || err != nil && err != io.EOF {
-				if err == io.EOF {
-					return n, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", n, end-from)}
-				}
-				return n, fail(err)
-			}
-		}
-	}
-	return n, nil
+	return out.Body, nil
 }
