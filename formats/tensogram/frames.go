@@ -135,6 +135,18 @@ const scanChunk = 1 << 20
 // otherwise read a whole chunk each.
 func (f *file) find(pat string, from, limit uint64) (uint64, error) {
 	limit = min(limit, f.size)
+	if from < limit && limit-from >= uint64(len(pat)) && (f.scan == nil || from < f.scanOff || from+uint64(len(pat)) > f.scanOff+uint64(len(f.scan))) {
+		// Messages usually follow one another: a look at from alone finds
+		// the next one without reading a chunk (over a remote source, a
+		// chunk past the message's index costs a request).
+		b, err := f.read(from, uint64(len(pat)))
+		if err != nil {
+			return 0, err
+		}
+		if string(b) == pat {
+			return from, nil
+		}
+	}
 	for from < limit {
 		if from < f.scanOff || from >= f.scanOff+uint64(len(f.scan)) || f.scan == nil {
 			// Overlap chunks so that a pattern across their border is found.

@@ -114,8 +114,10 @@ type remote struct {
 	lru      list.List               // most recently used first
 	inflight map[int64]*block
 	spare    [][]byte // evicted blocks' memory, for the next fetch
-	// The sequential reader: where its last read ended (-1: none yet), the
-	// read-ahead window, and the end of what was asked for ahead of it.
+	// The sequential reader: where its stream started and where its last
+	// read ended (-1: none yet), the read-ahead window, and the end of what
+	// was asked for ahead of it.
+	seqStart int64
 	seqEnd   int64
 	ahead    int64
 	aheadEnd int64
@@ -464,7 +466,8 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 // readAhead follows the sequential reader with the read of [off, end) and
 // returns the blocks to read ahead of it, claimed as in flight; r.mu is
 // held. A read that starts where the reader's last one ended, or a little
-// further (seqSlack), continues the stream; when less than half of the
+// further (seqSlack), continues the stream; once the stream has read a
+// block's worth of bytes and less than half of the
 // window remains fetched or in flight ahead of it, the window doubles
 // (from one block up to maxAhead) and the blocks up to end plus the window
 // are read ahead. A read a little behind is a piece of the stream that
@@ -480,7 +483,12 @@ func (r *remote) readAhead(off, end int64) []*block {
 	case r.seqEnd >= 0 && off < r.seqEnd && off >= r.seqEnd-seqSlack:
 		return nil
 	default:
-		r.seqEnd, r.ahead, r.aheadEnd = end, 0, 0
+		r.seqStart, r.seqEnd, r.ahead, r.aheadEnd = off, end, 0, 0
+		return nil
+	}
+	if end-r.seqStart < r.blockSize {
+		// A format's index is read in small consecutive pieces: a stream
+		// is one once it has read a block's worth.
 		return nil
 	}
 	if r.ahead > 0 && r.aheadEnd-end >= r.ahead/2 {
