@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,12 +35,25 @@ import (
 // vnetHdrLen is the size of struct virtio_net_hdr, the TUN default.
 const vnetHdrLen = 10
 
+// packet is one packet read, with its virtio-net header: b, in the pooled
+// buffer buf, or a copy of its own when small (buf nil).
 type packet struct {
 	due time.Time
 	b   []byte
+	buf *[]byte
 }
 
-var failed atomic.Int64
+// smallPacket is the largest packet copied out of the read buffer.
+const smallPacket = 2048
+
+// pool holds buffers of the largest packet, read into and written from
+// with no copy in between.
+var pool = sync.Pool{New: func() any { b := make([]byte, vnetHdrLen+65536); return &b }}
+
+var (
+	failed   atomic.Int64
+	firstErr atomic.Value // string
+)
 
 func main() {
 	delay := flag.Duration("delay", 5*time.Millisecond, "time each packet is held, each way")
@@ -71,7 +85,7 @@ func run(nameA, nameB, netns string, delay time.Duration, limit int) error {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
 	if n := failed.Load(); n > 0 {
-		fmt.Fprintf(os.Stderr, "delayline: %d packets could not be written\n", n)
+		fmt.Fprintf(os.Stderr, "delayline: %d packets could not be written (the first: %v)\n", n, firstErr.Load())
 	}
 	return nil
 }
@@ -145,22 +159,38 @@ func forward(src, dst int, delay time.Duration, limit int) {
 				for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 				}
 			}
-			if _, err := unix.Write(dst, p.b); err != nil {
-				failed.Add(1)
+			// EIO: dst is not up yet (IPv6 sends on A before B is up).
+			if _, err := unix.Write(dst, p.b); err != nil && err != unix.EIO {
+				if failed.Add(1) == 1 {
+					firstErr.Store(err.Error())
+				}
+			}
+			if p.buf != nil {
+				pool.Put(p.buf)
 			}
 		}
 	}()
 	runtime.LockOSThread()
-	buf := make([]byte, vnetHdrLen+65536)
 	for {
-		n, err := unix.Read(src, buf)
+		buf := pool.Get().(*[]byte)
+		n, err := unix.Read(src, *buf)
 		if err == unix.EINTR || err == unix.EAGAIN {
+			pool.Put(buf)
 			continue
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "delayline: read:", err)
 			os.Exit(1)
 		}
-		queue <- packet{due: time.Now().Add(delay), b: append([]byte(nil), buf[:n]...)}
+		p := packet{due: time.Now().Add(delay), b: (*buf)[:n]}
+		if n <= smallPacket {
+			// An acknowledgement: copied, so that a queue of them does
+			// not hold a largest-packet buffer each.
+			p.b = append([]byte(nil), p.b...)
+			pool.Put(buf)
+		} else {
+			p.buf = buf
+		}
+		queue <- p
 	}
 }
