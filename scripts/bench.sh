@@ -557,10 +557,15 @@ CONF
   cat "$www/raw.zt" "$www/zstd.zt" >/dev/null
   curl -sf -o /dev/null "$lbase/raw.zt" # one warm-up
   lcurl=$(curl_time "$lbase/raw.zt")
+  # delay_cpu prints the CPU seconds the delay line has used (0 with netem):
+  # it runs on the same cores as the mount.
+  delay_cpu() { if [ -n "${delay_pid:-}" ]; then awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$delay_pid/stat"; else echo 0; fi; }
   bin/ztfs mount "$lbase/raw.zt" "$mnt"
+  c0=$(delay_cpu)
   lfirst=$(read_time "$mnt/tensors/big/data")
+  lcpu=$(awk -v a="$c0" -v b="$(delay_cpu)" 'BEGIN { printf "%.2f", b - a }')
   unmount_ztfs
-  row "raw $remote_size component of an http:// URL, $lat_label, 1 MiB reads, first read" "single-stream curl of the whole object ($(mbps "$robject" "$lcurl") MiB/s)" "$(mbps "$rbytes" "$lfirst") MiB/s" "$(speed_ratio "$rbytes" "$lfirst" "$robject" "$lcurl")x" ">= 2x"
+  row "raw $remote_size component of an http:// URL, $lat_label, 1 MiB reads, first read$([ -z "${delay_pid:-}" ] || echo " (the delay line used $lcpu s of CPU during it)")" "single-stream curl of the whole object ($(mbps "$robject" "$lcurl") MiB/s)" "$(mbps "$rbytes" "$lfirst") MiB/s" "$(speed_ratio "$rbytes" "$lfirst" "$robject" "$lcurl")x" ">= 2x"
   bin/ztfs mount --remote-requests 1 "$lbase/raw.zt" "$mnt"
   lone=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
