@@ -32,10 +32,17 @@
 #     float32 each) against a memory copy of the same size.
 #   - remote: the first read of a REMOTE_SIZE raw component and of a zstd one
 #     through a mount of an http:// URL (nginx on 127.0.0.1), against curl
-#     of the same object; the raw one also with --remote-requests 1.
+#     of the same object; the raw one also with --remote-requests 1. The
+#     requests and bytes nginx sends for a mount (and a stat of its root) of
+#     one file per format. The same first reads again with REMOTE_DELAY
+#     milliseconds added each way (twice that to the round trip): nginx in a
+#     network namespace of the script's, reached over a veth pair with netem
+#     on both ends, or, where the kernel has no netem, over a pair of TUN
+#     devices joined by scripts/delayline.
 #
 # Usage: scripts/bench.sh   SIZE=1GiB component size, RANDOM_SIZE=4GiB, TGM_SIZE=256MiB,
 #                           MODEL_SCALE=20 (about 600 MiB), REMOTE_SIZE=512MiB,
+#                           REMOTE_DELAY=5 (ms each way: a 10 ms round trip),
 #                           SECTIONS="core folders gguf remote",
 #                           WORK=dir where the files go (default /var/tmp), KEEP=1 keeps them
 set -euo pipefail
@@ -56,15 +63,31 @@ cleanup() {
   if grep -qs " $mnt fuse.ztfs " /proc/self/mounts; then bin/ztfs unmount -z "$mnt" >/dev/null 2>&1 || true; fi
   if grep -qs " $sqmnt " /proc/self/mounts; then fusermount3 -uz "$sqmnt" >/dev/null 2>&1 || umount -l "$sqmnt" || true; fi
   if [ -n "${nginx_pid:-}" ]; then kill "$nginx_pid" 2>/dev/null || true; wait "$nginx_pid" 2>/dev/null || true; fi
+  latency_down
   [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
+# latency_down stops what latency_up started: the namespace's nginx, the
+# delay line (its TUN devices go with it), the veth pair, the namespace.
+latency_down() {
+  if [ -n "${ns_nginx_pid:-}" ]; then kill "$ns_nginx_pid" 2>/dev/null || true; wait "$ns_nginx_pid" 2>/dev/null || true; ns_nginx_pid=; fi
+  if [ -n "${delay_pid:-}" ]; then kill "$delay_pid" 2>/dev/null || true; wait "$delay_pid" 2>/dev/null || true; delay_pid=; fi
+  if [ -n "${lat_ns:-}" ]; then
+    ip link del "$lat_a" 2>/dev/null || true
+    ip netns del "$lat_ns" 2>/dev/null || true
+    lat_ns=
+  fi
+}
 trap cleanup EXIT
+# An interrupt or a kill ends the script through the EXIT trap's cleanup.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 sections=${SECTIONS:-core folders gguf remote}
 want() { [[ " $sections " == *" $1 "* ]]; }
 go build -o bin/ztfs ./cmd/ztfs
 go build -o bin/ztgen ./scripts/ztgen
 go build -o bin/fuseceiling ./scripts/fuseceiling
+want remote && go build -o bin/delayline ./scripts/delayline
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -383,37 +406,46 @@ if want remote; then
   # A first read through a mount of an http:// URL: nginx of the bench's
   # own on 127.0.0.1 (no latency: this measures the source's overhead, one
   # stream), the page cache warm for nginx and curl alike.
-  ensure_packages nginx curl
+  ensure_packages nginx curl iproute2
   remote_size=${REMOTE_SIZE:-512MiB}
   www=$work/www
-  mkdir -p "$www" "$work/nginx"
+  mkdir -p "$www/fmt" "$work/nginx"
   bin/ztgen raw "$www/raw.zt" "$remote_size"
   bin/ztgen zstd "$www/zstd.zt" "$remote_size"
   port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  cat >"$work/nginx/nginx.conf" <<CONF
+  # nginx_conf DIR LISTEN writes DIR/nginx.conf: nginx serving $www on
+  # LISTEN, with no access log but for /fmt/, whose requests go to
+  # DIR/access.log, one line each: method, status, bytes sent (headers
+  # included), Range header, URI.
+  nginx_conf() {
+    cat >"$1/nginx.conf" <<CONF
 daemon off;
 master_process off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log;
+pid $1/nginx.pid;
+error_log $1/error.log;
 events { worker_connections 256; }
 http {
   access_log off;
-  client_body_temp_path $work/nginx/body;
-  proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi;
-  uwsgi_temp_path $work/nginx/uwsgi;
-  scgi_temp_path $work/nginx/scgi;
+  log_format costs '\$request_method \$status \$bytes_sent "\$http_range" \$uri';
+  client_body_temp_path $1/body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
   default_type application/octet-stream;
   types { }
   sendfile on;
   keepalive_requests 100000;
   server {
-    listen 127.0.0.1:$port;
+    listen $2;
     root $www;
     location / { }
+    location /fmt/ { access_log $1/access.log costs; }
   }
 }
 CONF
+  }
+  nginx_conf "$work/nginx" "127.0.0.1:$port"
   /usr/sbin/nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
   nginx_pid=$!
   base=http://127.0.0.1:$port
@@ -423,22 +455,127 @@ CONF
   robject=$(stat -c %s "$www/raw.zt")
   zobject=$(stat -c %s "$www/zstd.zt")
   curl_time() { local t; t=$(now); curl -sf -o /dev/null "$1"; elapsed "$t"; }
+  # speed_ratio BYTES SECONDS OBJECT CURL_SECONDS: the mount's MiB/s over curl's.
+  speed_ratio() { awk -v a="$1" -v at="$2" -v b="$3" -v bt="$4" 'BEGIN { printf "%.2f", (a / at) / (b / bt) }'; }
   curl -sf -o /dev/null "$base/raw.zt" # one warm-up of nginx's path
   rcurl=$(curl_time "$base/raw.zt")
   zcurl=$(curl_time "$base/zstd.zt")
   bin/ztfs mount "$base/raw.zt" "$mnt"
   rfirst=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
-  row "raw $remote_size component of an http:// URL (nginx, 127.0.0.1), 1 MiB reads, first read" "curl of the whole object ($(mbps "$robject" "$rcurl") MiB/s)" "$(mbps "$rbytes" "$rfirst") MiB/s" "$(awk -v a="$rbytes" -v at="$rfirst" -v b="$robject" -v bt="$rcurl" 'BEGIN { printf "%.2f", (a / at) / (b / bt) }')x" ">= 0.9x"
+  row "raw $remote_size component of an http:// URL (nginx, 127.0.0.1), 1 MiB reads, first read" "curl of the whole object ($(mbps "$robject" "$rcurl") MiB/s)" "$(mbps "$rbytes" "$rfirst") MiB/s" "$(speed_ratio "$rbytes" "$rfirst" "$robject" "$rcurl")x" ">= 0.9x"
   bin/ztfs mount --remote-requests 1 "$base/raw.zt" "$mnt"
   rone=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
-  row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$rone") MiB/s" "$(awk -v a="$rbytes" -v at="$rone" -v b="$robject" -v bt="$rcurl" 'BEGIN { printf "%.2f", (a / at) / (b / bt) }')x" "-"
+  row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$rone") MiB/s" "$(speed_ratio "$rbytes" "$rone" "$robject" "$rcurl")x" "-"
   bin/ztfs mount "$base/zstd.zt" "$mnt"
   zfirst=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "zstd $remote_size component of an http:// URL ($(ratio "$rbytes" "$zobject"):1), first read" "the time of curl of the whole object ($(mbps "$zobject" "$zcurl") MiB/s of stored bytes)" "$(mbps "$rbytes" "$zfirst") MiB/s" "$(ratio "$zcurl" "$zfirst")x the speed" "-"
+
+  # What a mount costs over HTTP, per format: the requests nginx logs, and
+  # the bytes it sends (headers included), from the start of `ztfs mount`
+  # to its unmount, with nothing but a stat of the mount's root in between
+  # (no listing: the count is the mount's own). One file per format, in
+  # $www/fmt/: a bf16 checkpoint of 193 tensors (make_checkpoint.py, one
+  # file), the same converted to zTensor v2, a zTensor v1.1 file of 10,000
+  # small tensors (ztgen many), GGUF of four quantized tensors (ztgen gguf),
+  # an MCF q4 matrix (ztgen mcf), and Tensogram of eight messages of one
+  # zstd float64 field each (ztgen tgm, concatenated).
+  fmt=$www/fmt
+  "$python" testdata/folders/make_checkpoint.py "$work/ckpt" --scale 8 --layers 21 --single >/dev/null
+  mv "$work/ckpt/model.safetensors" "$fmt/model.safetensors"
+  rm -rf "$work/ckpt"
+  bin/ztfs convert "$fmt/model.safetensors" "$fmt/model.zt" >/dev/null
+  bin/ztgen many "$fmt/many.zt" 10000
+  bin/ztgen gguf "$fmt/model.gguf" $((16 << 20))
+  bin/ztgen mcf "$fmt/w.mcf" 8192x8192 q4
+  for i in 0 1 2 3 4 5 6 7; do bin/ztgen tgm "$work/m$i.tgm" 8MiB zstd; done
+  cat "$work"/m?.tgm >"$fmt/fields.tgm"
+  rm -f "$work"/m?.tgm
+  alog=$work/nginx/access.log
+  touch "$alog"
+  mib() { awk -v n="$1" 'BEGIN { printf "%.1f MiB", n / 1048576 }'; }
+  for f in model.safetensors model.zt many.zt model.gguf w.mcf fields.tgm; do
+    fsize=$(stat -c %s "$fmt/$f")
+    read -r fformat fversion ftensors < <(bin/ztfs inspect --json "$fmt/$f" | jq -r '[.format, (.format_version // "-"), (.tensors | length)] | @tsv')
+    mark=$(wc -l <"$alog")
+    bin/ztfs mount "$base/fmt/$f" "$mnt"
+    stat "$mnt" >/dev/null
+    unmount_ztfs
+    # requests, bytes sent, and the requests by method: HEAD, GET with a
+    # Range header, GET of the whole object.
+    read -r freqs fsent fhead franged fwhole < <(tail -n +"$((mark + 1))" "$alog" | awk -v uri="/fmt/$f" '$NF == uri { n++; b += $3; if ($1 == "HEAD") h++; else if ($4 != "\"-\"") r++; else w++ } END { printf "%d %d %d %d %d\n", n, b, h, r, w }')
+    [ "$freqs" -gt 0 ] || { echo "FAIL: nginx logged no request for the mount of $f" >&2; exit 1; }
+    flabel=$(case $fformat in ztensor) echo zTensor;; gguf) echo GGUF;; mcf) echo MCF;; tensogram) echo Tensogram;; *) echo "$fformat";; esac)
+    [ "$fversion" = - ] || flabel="$flabel v$fversion"
+    row "mount of $f ($flabel, $(mib "$fsize"), $ftensors tensor$([ "$ftensors" = 1 ] || echo s)) over http (nginx, 127.0.0.1): mount, stat of the root, unmount" "the file: $fsize bytes" "$freqs requests (HEAD $fhead, ranged GET $franged, whole GET $fwhole), $fsent bytes sent" "$(awk -v a="$fsent" -v b="$fsize" 'BEGIN { printf "%.2f%%", 100 * a / b }') of the file" "-"
+  done
+  rm -rf "$fmt"
   kill "$nginx_pid"; wait "$nginx_pid" 2>/dev/null || true; nginx_pid=
+
+  # The same first reads with latency: nginx in a network namespace of the
+  # script's, the mount and curl in this one. REMOTE_DELAY ms are added
+  # each way, on both ends of the link, so the round trip gains twice that:
+  # netem (delay, limit 100000 packets) on both ends of a veth pair, or,
+  # where the kernel has no netem (CONFIG_NET_SCH_NETEM unset), a pair of
+  # TUN devices joined by scripts/delayline, which holds each packet as
+  # long, in either direction, with a queue of as many packets. MTU 1500
+  # either way, with TCP segmentation offload as veth has; Linux's default
+  # TCP buffers.
+  lat_delay=${REMOTE_DELAY:-5}
+  lat_ns=ztfs-bench-$$
+  lat_a=ztb$$a
+  lat_b=ztb$$b
+  lat_net=10.200.$(($$ % 256))
+  ip netns add "$lat_ns"
+  ip netns exec "$lat_ns" ip link set lo up
+  if ip link add "$lat_a" type veth peer name "$lat_b" netns "$lat_ns" 2>/dev/null &&
+    tc qdisc add dev "$lat_a" root netem delay "${lat_delay}ms" limit 100000 2>/dev/null &&
+    ip netns exec "$lat_ns" tc qdisc add dev "$lat_b" root netem delay "${lat_delay}ms" limit 100000 2>/dev/null; then
+    lat_how="netem on both ends of a veth pair"
+  else
+    ip link del "$lat_a" 2>/dev/null || true
+    bin/delayline -delay "${lat_delay}ms" -limit 100000 -netns "$lat_ns" "$lat_a" "$lat_b" &
+    delay_pid=$!
+    for i in $(seq 50); do ip netns exec "$lat_ns" ip link show "$lat_b" >/dev/null 2>&1 && break; sleep 0.1; done
+    lat_how="scripts/delayline between two TUN devices: this kernel has no netem"
+  fi
+  ip link set "$lat_a" mtu 1500 txqueuelen 10000 up
+  ip addr add "$lat_net.1/30" dev "$lat_a"
+  ip netns exec "$lat_ns" ip link set "$lat_b" mtu 1500 txqueuelen 10000 up
+  ip netns exec "$lat_ns" ip addr add "$lat_net.2/30" dev "$lat_b"
+  mkdir -p "$work/nginx-ns"
+  nginx_conf "$work/nginx-ns" "$lat_net.2:8080"
+  ip netns exec "$lat_ns" /usr/sbin/nginx -p "$work/nginx-ns" -c "$work/nginx-ns/nginx.conf" -e "$work/nginx-ns/error.log" &
+  ns_nginx_pid=$!
+  lbase=http://$lat_net.2:8080
+  for i in $(seq 50); do curl -sf -o /dev/null -r 0-0 "$lbase/raw.zt" && break; sleep 0.1; done
+  # The round trip as TCP sees it: the fastest of five connects.
+  rtt=$(for i in 1 2 3 4 5; do curl -sf -o /dev/null -r 0-0 -w '%{time_connect}\n' "$lbase/raw.zt"; done | sort -n | head -1 | awk '{ printf "%.1f", $1 * 1000 }')
+  lat_label="$((2 * lat_delay)) ms round trip added ($lat_delay ms each way, $lat_how; TCP connect ${rtt} ms)"
+  cat "$www/raw.zt" "$www/zstd.zt" >/dev/null
+  curl -sf -o /dev/null "$lbase/raw.zt" # one warm-up
+  lcurl=$(curl_time "$lbase/raw.zt")
+  # delay_cpu prints the CPU seconds the delay line has used (0 with netem):
+  # it runs on the same cores as the mount.
+  delay_cpu() { if [ -n "${delay_pid:-}" ]; then awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$delay_pid/stat"; else echo 0; fi; }
+  bin/ztfs mount "$lbase/raw.zt" "$mnt"
+  c0=$(delay_cpu)
+  lfirst=$(read_time "$mnt/tensors/big/data")
+  lcpu=$(awk -v a="$c0" -v b="$(delay_cpu)" 'BEGIN { printf "%.2f", b - a }')
+  unmount_ztfs
+  row "raw $remote_size component of an http:// URL, $lat_label, 1 MiB reads, first read$([ -z "${delay_pid:-}" ] || echo " (the delay line used $lcpu s of CPU during it)")" "single-stream curl of the whole object ($(mbps "$robject" "$lcurl") MiB/s)" "$(mbps "$rbytes" "$lfirst") MiB/s" "$(speed_ratio "$rbytes" "$lfirst" "$robject" "$lcurl")x" ">= 2x"
+  bin/ztfs mount --remote-requests 1 "$lbase/raw.zt" "$mnt"
+  lone=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$lone") MiB/s" "$(speed_ratio "$rbytes" "$lone" "$robject" "$lcurl")x" "-"
+  lzcurl=$(curl_time "$lbase/zstd.zt")
+  bin/ztfs mount "$lbase/zstd.zt" "$mnt"
+  lzfirst=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "zstd $remote_size component of an http:// URL ($(ratio "$rbytes" "$zobject"):1), $((2 * lat_delay)) ms round trip added, first read" "the time of single-stream curl of the whole object ($(mbps "$zobject" "$lzcurl") MiB/s of stored bytes)" "$(mbps "$rbytes" "$lzfirst") MiB/s" "$(ratio "$lzcurl" "$lzfirst")x the speed" "-"
+  latency_down
   rm -rf "$www"
 fi # remote
 
