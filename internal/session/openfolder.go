@@ -248,7 +248,7 @@ func (s *Session) classify(fd *folder, given *weightIndex) (map[string]string, [
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
 		}
-		f, err := detect.Sniff(src, src.Size())
+		f, err := s.sniff(fd, src)
 		if !fd.Remote {
 			src.Close()
 		}

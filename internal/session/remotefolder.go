@@ -164,7 +164,7 @@ func (s *Session) openRemoteEntries(fd *folder, given *weightIndex) error {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			if srcs[i], errs[i] = s.openRemote(e.Path); errs[i] == nil {
-				_, errs[i] = detect.Sniff(srcs[i], srcs[i].Size())
+				_, errs[i] = s.sniff(fd, srcs[i])
 			}
 		}()
 	}
@@ -180,6 +180,40 @@ func (s *Session) openRemoteEntries(fd *folder, given *weightIndex) error {
 		}
 	}
 	return nil
+}
+
+// sniff names the format of a file of the folder by its bytes, as
+// detect.Sniff does; a remote file's, with no request past its first block
+// (sniffBlock).
+func (s *Session) sniff(fd *folder, src source.Source) (string, error) {
+	if !fd.Remote {
+		return detect.Sniff(src, src.Size())
+	}
+	limit := s.remote.BlockSize
+	if source.IsS3URL(src.Name()) {
+		limit = s.s3.BlockSize
+	}
+	if limit <= 0 {
+		limit = 1 << 20 // the sources' default block
+	}
+	return detect.Sniff(sniffBlock{src, limit}, src.Size())
+}
+
+// sniffBlock reads the first limit bytes of its source only, and fails
+// other reads: detect.Sniff then looks at the last bytes of a file (a
+// zTensor v2 file's magic, which finds one whose first bytes are damaged)
+// only when they are in the block its first bytes were fetched with, so
+// that a plain file (tokenizer.json) costs one GET.
+type sniffBlock struct {
+	source.Source
+	limit int64
+}
+
+func (b sniffBlock) ReadAt(p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > b.limit {
+		return 0, errors.New("past the first block")
+	}
+	return b.Source.ReadAt(p, off)
 }
 
 // missingEntry is the error of opening entry e of a remote folder: for a

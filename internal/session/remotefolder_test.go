@@ -57,11 +57,15 @@ func (l *requestLog) count(prefix string) int {
 	return n
 }
 
-// remoteCheckpoint writes a sharded checkpoint in dir/model, with a
+// remoteCheckpoint writes a sharded checkpoint in dir/model, with a plain
+// file of 3 MiB (whose classification must not fetch its last block) and a
 // subfolder that neither a local nor a remote folder shows, and returns
 // its path.
 func remoteCheckpoint(t *testing.T) string {
 	dir := makeCheckpoint(t, "--shard-size", "60000")
+	if err := os.WriteFile(filepath.Join(dir, "vocab.txt"), bytes.Repeat([]byte("word\n"), 3<<20/5), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sub := filepath.Join(dir, "original")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -282,6 +286,13 @@ func TestRemoteFolderErrors(t *testing.T) {
 			}
 		})
 	}
+	t.Run("http folder", func(t *testing.T) {
+		_, err := session.Open(base+"/model/", session.Options{CacheSize: 1 << 20})
+		want := "(HTTP has no listing: a folder over HTTP is mounted by its index, " + base + "/model/" + index + " for instance)"
+		if err == nil || !strings.HasPrefix(err.Error(), base+"/model/: ") || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("error %v", err)
+		}
+	})
 }
 
 // TestHTTPFolderQuery serves a checkpoint that asks every request for a

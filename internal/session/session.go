@@ -172,9 +172,21 @@ func (s *Session) openPath(path string, opts Options) error {
 // container file, a folder's weight index, or an S3 prefix, which is a
 // folder (remotefolder.go).
 func (s *Session) openURL(rawURL string, opts Options) error {
-	if source.IsS3URL(rawURL) && strings.HasSuffix(source.Redact(rawURL), "/") {
+	folder := strings.HasSuffix(source.Redact(rawURL), "/")
+	if source.IsS3URL(rawURL) && folder {
 		return s.openS3Folder(rawURL, opts)
 	}
+	err := s.openURLFile(rawURL, opts)
+	if err != nil && folder {
+		return fmt.Errorf("%w (HTTP has no listing: a folder over HTTP is mounted by its index, %smodel.safetensors.index.json for instance)", err, Name(rawURL))
+	}
+	return err
+}
+
+// openURLFile opens the file at an http://, https:// or s3:// URL: a
+// container, a folder's weight index, or, over S3, an object's key that
+// is a prefix.
+func (s *Session) openURLFile(rawURL string, opts Options) error {
 	src, err := s.openAny(rawURL, opts.Guard)
 	if err != nil {
 		return s.orS3Folder(rawURL, err, opts)
