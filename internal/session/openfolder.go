@@ -114,9 +114,11 @@ func (s *Session) parseWeights(fd *folder, weights []folderEntry, guard bool) ([
 // containers parsed from weights name: where the root's convention puts
 // them, in the folder.
 func (fd *folder) consumed(weights []folderEntry, parsed []*formats.Container) map[string]bool {
-	byURL := map[string]string{}
+	byURL := map[string]string{} // a remote folder's names by URL
 	for _, e := range fd.Entries {
-		byURL[keyOf(e.Path)] = e.Name
+		if fd.Remote {
+			byURL[keyOf(e.Path)] = e.Name
+		}
 	}
 	consumed := map[string]bool{}
 	for i, c := range parsed {
