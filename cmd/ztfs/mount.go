@@ -52,7 +52,8 @@ func newMountCommand() *cobra.Command {
 		Short: "Mount a container file or a model folder read-only at MOUNTPOINT",
 		Long: `Mount SOURCE read-only at the directory MOUNTPOINT. SOURCE is a container
 file (its format found by its bytes), a model folder, or a folder's
-model.safetensors.index.json.
+model.safetensors.index.json; any of these over http://, https:// or s3://
+(s3://BUCKET/PREFIX/ is the folder of the objects under the prefix).
 
 SOURCE is checked first: an unreadable, unknown or corrupt file is a one-line
 error and nothing is mounted. By default the command returns once the mount

@@ -24,14 +24,19 @@ type folderEntry struct {
 	// Name is the file's name in the folder.
 	Name string
 	// Path is the folder's path joined with Name: a symlink stays one, so
-	// that the source keeps checking the name the user sees.
+	// that the source keeps checking the name the user sees. In a remote
+	// folder it is the object's URL.
 	Path string
 }
 
 // folder is a listed model folder.
 type folder struct {
-	// Dir is the folder as given.
+	// Dir is the folder as given; a remote folder's is its URL without
+	// credentials (source.Redact), ending in a slash.
 	Dir string
+	// Remote says the entries are objects at URLs (remotefolder.go): no
+	// symlink rule applies, and each is opened once.
+	Remote bool
 	// Entries are its regular files in name order.
 	Entries []folderEntry
 	// roots are the directories symlinks may resolve into; nil when any
@@ -86,7 +91,20 @@ func readIndex(path string) (*weightIndex, error) {
 	if err != nil || !st.Mode().IsRegular() {
 		return nil, errNotIndex
 	}
-	r := bufio.NewReaderSize(io.LimitReader(f, maxIndexSize+1), 64<<10)
+	return parseIndex(filepath.Base(path), f, st.Size())
+}
+
+// readIndexFrom reads src, the file name of a remote folder, as a weight
+// index, as readIndex does.
+func readIndexFrom(name string, src source.Source) (*weightIndex, error) {
+	return parseIndex(name, io.NewSectionReader(src, 0, src.Size()), src.Size())
+}
+
+// parseIndex reads the size bytes of rd, the file name of a folder, as a
+// weight index: errNotIndex unless it is JSON holding a "weight_map"
+// object.
+func parseIndex(name string, rd io.Reader, size int64) (*weightIndex, error) {
+	r := bufio.NewReaderSize(io.LimitReader(rd, maxIndexSize+1), 64<<10)
 	for {
 		b, err := r.ReadByte()
 		if err != nil {
@@ -99,7 +117,7 @@ func readIndex(path string) (*weightIndex, error) {
 			return nil, errNotIndex
 		}
 	}
-	if st.Size() > maxIndexSize {
+	if size > maxIndexSize {
 		return nil, fmt.Errorf("JSON larger than %d MiB: too large for a weight index", maxIndexSize>>20)
 	}
 	if err := r.UnreadByte(); err != nil {
@@ -115,7 +133,7 @@ func readIndex(path string) (*weightIndex, error) {
 	if err := json.Unmarshal(data, &raw); err != nil || raw.WeightMap == nil {
 		return nil, errNotIndex
 	}
-	x := &weightIndex{Name: filepath.Base(path)}
+	x := &weightIndex{Name: name}
 	if err := json.Unmarshal(raw.WeightMap, &x.WeightMap); err != nil {
 		return nil, fmt.Errorf("weight_map is not an object of tensor names to file names: %w", err)
 	}

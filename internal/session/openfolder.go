@@ -23,7 +23,20 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 	if err != nil {
 		return err
 	}
-	formatOf, indexes, err := classify(fd, given)
+	origin := dir
+	if given != nil {
+		origin = filepath.Join(dir, given.Name)
+	}
+	return s.openListed(fd, given, origin, opts)
+}
+
+// openListed opens the listed folder fd, local or remote, as openFolder
+// says; origin is what was opened (the folder, or the file given), for
+// manifest.json.
+func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts Options) error {
+	s.Folder = fd.Dir
+	defer s.closeKept()
+	formatOf, indexes, err := s.classify(fd, given)
 	if err != nil {
 		return err
 	}
@@ -61,17 +74,14 @@ func (s *Session) openFolder(dir string, given *weightIndex, opts Options) error
 			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size()), Weights: true})
 		}
 	}
-	origin := &tree.SourceInfo{Path: dir}
-	if given != nil {
-		origin.Path = filepath.Join(dir, given.Name)
-	}
-	for _, info := range l.infos {
-		if !info.Plain {
-			origin.Size += info.Size
+	info := &tree.SourceInfo{Path: Name(origin)}
+	for _, in := range l.infos {
+		if !in.Plain {
+			info.Size += in.Size
 		}
 	}
-	s.Origin = origin
-	return s.finish(c, l.infos, l.digests, l.missing, origin, opts)
+	s.Origin = info
+	return s.finish(c, l.infos, l.digests, l.missing, info, opts)
 }
 
 // parseWeights opens and parses every weight file, and returns the names
@@ -89,17 +99,7 @@ func (s *Session) parseWeights(fd *folder, weights []folderEntry, guard bool) ([
 			parseErrs[i] = fmt.Errorf("%s: %w", e.Name, err)
 		}
 	}
-	consumed := map[string]bool{}
-	for i, c := range parsed {
-		if c == nil {
-			continue
-		}
-		for _, sh := range c.Shards {
-			if p := sh.Locate(weights[i].Path); filepath.Dir(p) == filepath.Clean(fd.Dir) {
-				consumed[filepath.Base(p)] = true
-			}
-		}
-	}
+	consumed := fd.consumed(weights, parsed)
 	// A shard that does not parse as a file of its own is its root's
 	// business: the root names it when it opens it.
 	for i, err := range parseErrs {
@@ -108,6 +108,34 @@ func (s *Session) parseWeights(fd *folder, weights []folderEntry, guard bool) ([
 		}
 	}
 	return parsed, consumed, nil
+}
+
+// consumed returns the names of the folder's files that are shards the
+// containers parsed from weights name: where the root's convention puts
+// them, in the folder.
+func (fd *folder) consumed(weights []folderEntry, parsed []*formats.Container) map[string]bool {
+	byURL := map[string]string{} // a remote folder's names by URL
+	for _, e := range fd.Entries {
+		if fd.Remote {
+			byURL[keyOf(e.Path)] = e.Name
+		}
+	}
+	consumed := map[string]bool{}
+	for i, c := range parsed {
+		if c == nil {
+			continue
+		}
+		for _, sh := range c.Shards {
+			if !fd.Remote {
+				if p := sh.Locate(weights[i].Path); filepath.Dir(p) == filepath.Clean(fd.Dir) {
+					consumed[filepath.Base(p)] = true
+				}
+			} else if name, ok := byURL[keyOf(locate(sh, weights[i].Path))]; ok {
+				consumed[name] = true
+			}
+		}
+	}
+	return consumed
 }
 
 // layout is the folder's sources as the session numbers them, and what the
@@ -139,6 +167,10 @@ func (s *Session) layOut(fd *folder, weights []folderEntry, parsed []*formats.Co
 	}
 	for i, e := range weights {
 		src := opened[i]
+		if consumed[e.Name] && fd.Remote {
+			s.keep(e.Path, src) // its root opens it next, without a request
+			continue
+		}
 		if consumed[e.Name] {
 			src.Close()
 			continue
@@ -147,7 +179,7 @@ func (s *Session) layOut(fd *folder, weights []folderEntry, parsed []*formats.Co
 		c := parsed[i]
 		l.parts = append(l.parts, part{Name: e.Name, C: c, Base: len(s.Sources)})
 		s.Sources = append(s.Sources, src)
-		l.add(tree.SourceInfo{Path: e.Path, Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion, Attributes: orEmpty(c.Attributes)}, "", nil)
+		l.add(tree.SourceInfo{Path: Name(e.Path), Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion, Attributes: orEmpty(c.Attributes)}, "", nil)
 		first := len(s.Sources)
 		infos, digests, missing := s.openShards(c, e.Path, guard, nil)
 		for k := range infos {
@@ -197,23 +229,31 @@ func (s *Session) addPlainFiles(fd *folder, c *formats.Container, l *layout, gua
 			return nil, err
 		}
 		c.Files = append(c.Files, &formats.File{Name: e.Name, Source: len(s.Sources) - 1, Length: uint64(src.Size())})
-		l.add(tree.SourceInfo{Path: e.Path, Size: src.Size(), Plain: true}, "", nil)
+		l.add(tree.SourceInfo{Path: Name(e.Path), Size: src.Size(), Plain: true}, "", nil)
 	}
 	return plain, nil
 }
 
 // classify names the format of every file of the folder by its bytes ("" for
-// none) and reads the weight indexes among the others.
-func classify(fd *folder, given *weightIndex) (map[string]string, []*weightIndex, error) {
+// none) and reads the weight indexes among the others. A remote folder's
+// files are opened once, here, and kept for the session (s.keep).
+func (s *Session) classify(fd *folder, given *weightIndex) (map[string]string, []*weightIndex, error) {
+	if fd.Remote {
+		if err := s.openRemoteEntries(fd, given); err != nil {
+			return nil, nil, err
+		}
+	}
 	formatOf := map[string]string{}
 	var indexes []*weightIndex
 	for _, e := range fd.Entries {
-		src, err := source.OpenFile(e.Path)
+		src, err := s.sniffable(fd, e)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
 		}
-		f, err := detect.Sniff(src, src.Size())
-		src.Close()
+		f, err := s.sniff(fd, src)
+		if !fd.Remote {
+			src.Close()
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.Name, err)
 		}
@@ -225,7 +265,7 @@ func classify(fd *folder, given *weightIndex) (map[string]string, []*weightIndex
 		case f != "" || !strings.HasSuffix(e.Name, ".index.json"):
 			continue
 		}
-		switch x, err := readIndex(e.Path); {
+		switch x, err := fd.readIndex(e, src); {
 		case err == nil:
 			indexes = append(indexes, x)
 		case !errors.Is(err, errNotIndex):
@@ -278,8 +318,16 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 
 // openFolderFile opens file e of the folder as the session's next source,
 // and checks where the kernel resolved it to: a symlink swapped after the
-// folder was listed cannot lead outside it.
-func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*source.File, error) {
+// folder was listed cannot lead outside it. A remote folder's file is the
+// source classify kept.
+func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (source.Source, error) {
+	if fd.Remote {
+		src, err := s.openAny(e.Path, guard)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name, err)
+		}
+		return src, nil
+	}
 	src, err := s.openSource(e.Path, guard)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", e.Name, err)
@@ -288,6 +336,35 @@ func (s *Session) openFolderFile(fd *folder, e folderEntry, guard bool) (*source
 		return nil, err
 	}
 	return src, nil
+}
+
+// sniffable returns entry e of the folder, open to be classified: a local
+// file opened for it (to be closed), or the remote folder's kept source.
+func (s *Session) sniffable(fd *folder, e folderEntry) (source.Source, error) {
+	if fd.Remote {
+		if src, ok := s.kept[keyOf(e.Path)]; ok {
+			return src, nil
+		}
+		src, err := s.openRemote(e.Path)
+		if err == nil {
+			s.keep(e.Path, src)
+		}
+		return src, err
+	}
+	src, err := source.OpenFile(e.Path)
+	if err != nil {
+		return nil, err // not a nil *source.File in a non-nil Source
+	}
+	return src, nil
+}
+
+// readIndex reads entry e of the folder, open as src, as a weight index
+// (errNotIndex for any other file).
+func (fd *folder) readIndex(e folderEntry, src source.Source) (*weightIndex, error) {
+	if fd.Remote {
+		return readIndexFrom(e.Name, src)
+	}
+	return readIndex(e.Path)
 }
 
 // checkIndexes checks the indexes of the folder against its weight files,

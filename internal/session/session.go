@@ -6,7 +6,6 @@
 package session
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -91,6 +90,10 @@ type Session struct {
 
 	remote source.HTTPOptions
 	s3     source.S3Options
+	// kept are remote sources opened before their turn (a remote folder's
+	// files, classified by their bytes), by their URL without credentials:
+	// openAny takes them rather than opening the object again.
+	kept map[string]source.Source
 }
 
 // Source returns the container's own file.
@@ -182,19 +185,46 @@ func (s *Session) openPath(path string, opts Options) error {
 	return s.open(src, path, opts)
 }
 
-// openURL opens the container at an http://, https:// or s3:// URL. A
-// model folder or index over HTTP or S3 is not read yet: only a container
-// file.
+// openURL opens what an http://, https:// or s3:// URL names: a
+// container file, a folder's weight index, or an S3 prefix, which is a
+// folder (remotefolder.go).
 func (s *Session) openURL(rawURL string, opts Options) error {
+	folder := strings.HasSuffix(source.Redact(rawURL), "/")
+	if source.IsS3URL(rawURL) && folder {
+		return s.openS3Folder(rawURL, opts)
+	}
+	err := s.openURLFile(rawURL, opts)
+	if err != nil && folder {
+		return fmt.Errorf("%w (HTTP has no listing: a folder over HTTP is mounted by its index, %smodel.safetensors.index.json for instance)", err, Name(rawURL))
+	}
+	return err
+}
+
+// openURLFile opens the file at an http://, https:// or s3:// URL: a
+// container, a folder's weight index, or, over S3, an object's key that
+// is a prefix.
+func (s *Session) openURLFile(rawURL string, opts Options) error {
 	src, err := s.openAny(rawURL, opts.Guard)
 	if err != nil {
+		return s.orS3Folder(rawURL, err, opts)
+	}
+	format, err := detect.Sniff(src, src.Size())
+	if err != nil {
 		return err
+	}
+	if format == "" {
+		switch x, err := readIndexFrom(baseName(rawURL), src); {
+		case err == nil:
+			return s.openRemoteIndex(rawURL, src, x, opts)
+		case !errors.Is(err, errNotIndex):
+			return fmt.Errorf("weight index: %w", err)
+		}
 	}
 	return s.open(src, rawURL, opts)
 }
 
 // openAny opens a source that is a URL or a file path, as the session's
-// next source.
+// next source: a remote one kept open already (keep) is taken.
 func (s *Session) openAny(path string, guard bool) (source.Source, error) {
 	if !source.IsRemote(path) {
 		f, err := s.openSource(path, guard)
@@ -203,15 +233,12 @@ func (s *Session) openAny(path string, guard bool) (source.Source, error) {
 		}
 		return f, nil
 	}
-	var src source.Source
-	var err error
-	if source.IsS3URL(path) {
-		src, err = source.OpenS3(context.Background(), path, s.s3)
-	} else {
-		src, err = source.OpenHTTP(context.Background(), path, s.remote)
-	}
-	if err != nil {
-		return nil, withoutName(err, source.Redact(path)) // not a nil pointer in a non-nil Source
+	src, ok := s.take(path)
+	if !ok {
+		var err error
+		if src, err = s.openRemote(path); err != nil {
+			return nil, err
+		}
 	}
 	s.Sources = append(s.Sources, src)
 	return src, nil
@@ -241,7 +268,7 @@ func (s *Session) open(src source.Source, path string, opts Options) error {
 	if splits, err := splitSet(c, path); err != nil {
 		return err
 	} else if splits != nil && source.IsRemote(path) {
-		return fmt.Errorf("one split of a %d-file GGUF model: a model split into several files is mounted from a folder, not from a URL", len(splits.Only))
+		return s.openRemoteIndex(path, src, splits, opts)
 	} else if splits != nil {
 		// One split of a model: the model is all of them, next to it.
 		s.closeSources()
@@ -458,6 +485,7 @@ func (s *Session) Close() error {
 	if s.Pipeline != nil {
 		s.Pipeline.Close()
 	}
+	s.closeKept()
 	return s.closeSources()
 }
 

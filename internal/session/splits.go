@@ -2,7 +2,6 @@ package session
 
 import (
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strconv"
 
@@ -24,7 +23,7 @@ func splitSet(c *formats.Container, path string) (*weightIndex, error) {
 	if !ok || count <= 1 {
 		return nil, nil
 	}
-	base := filepath.Base(path)
+	base := baseName(path)
 	m := splitName.FindStringSubmatch(base)
 	if m == nil {
 		return nil, fmt.Errorf("a split of a %d-file GGUF model, but its name is not <prefix>-00001-of-%05d.gguf, the only way to find the other files", count, count)
