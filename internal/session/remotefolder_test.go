@@ -160,11 +160,13 @@ func shardNames(files []string) []string {
 
 // checkRemoteBudget checks the requests of opening a remote folder of
 // objects objects: one listing over S3 (two for a prefix given without its
-// slash: the HEAD of the missing object comes first), two HEADs and one
-// GET per object.
+// slash: the HEAD of the missing object comes first), one HEAD and one
+// GET per object. A second HEAD of an object, the check after the index
+// is read, is made only when no pinned reply confirmed its version in the
+// last second: on a loaded machine, a slow open.
 func checkRemoteBudget(t *testing.T, log *requestLog, url string, objects int) {
 	t.Helper()
-	lists, heads := 0, 2*objects
+	lists, heads := 0, objects
 	if source.IsS3URL(url) {
 		lists = 1
 	}
@@ -174,8 +176,10 @@ func checkRemoteBudget(t *testing.T, log *requestLog, url string, objects int) {
 	if got := log.count("LIST "); got != lists {
 		t.Errorf("%d listings, want %d", got, lists)
 	}
-	if got := log.count("HEAD "); got != heads {
-		t.Errorf("%d HEADs, want %d (two per object)", got, heads)
+	if got := log.count("HEAD "); got < heads || got > heads+objects {
+		t.Errorf("%d HEADs, want %d (one per object; at most %d with the checks of a slow open)", got, heads, heads+objects)
+	} else if got > heads {
+		t.Logf("%d HEADs: %d checks after a slow open", got, got-heads)
 	}
 	if got := log.count("GET "); got > objects {
 		t.Errorf("%d GETs, want at most %d (one per object)", got, objects)

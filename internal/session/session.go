@@ -133,8 +133,10 @@ func Open(path string, opts Options) (*Session, error) {
 		return nil, fmt.Errorf("%s: %w", Name(path), explainCutOff(err))
 	}
 	// The index must be the version that is served: a change while it was
-	// read fails the open rather than every later read.
-	if err := s.CheckNow(); err != nil {
+	// read fails the open rather than every later read. A remote source's
+	// reads of its index were pinned to the version opened, so it asks its
+	// server only if no reply confirmed the version in the last second.
+	if err := s.CheckOpen(); err != nil {
 		s.Close()
 		return nil, err
 	}
