@@ -43,6 +43,11 @@ const (
 	// passed are the first evicted, so a finished window costs no memory
 	// beyond blockCacheBytes.
 	defaultMaxAhead = 128 << 20
+	// minAhead is what the read-ahead window grows to in any case: a few
+	// requests of chunkBytes in flight. Beyond it, the window doubles only
+	// when the reader catches up with it (a link with latency), so that a
+	// fast link does not fill memory far ahead of the reader.
+	minAhead        = 16 << 20
 	defaultParallel = 8
 	// chunkBytes bounds one range request of a read-ahead window or of a
 	// large read (never below one block), so that a window is fetched by
@@ -121,6 +126,10 @@ type remote struct {
 	seqEnd   int64
 	ahead    int64
 	aheadEnd int64
+	// caughtUp says the sequential reader found a block of the window
+	// whose reply had not started yet, since the window last grew: the
+	// window is too short for the link's latency.
+	caughtUp bool
 }
 
 // block is one aligned block of the file, fetched or being fetched.
@@ -135,6 +144,10 @@ type block struct {
 	// readers counts the reads copying from data, which is not reused for
 	// another block until they are done.
 	readers int
+	// receiving is set once the first byte of the reply bringing the block
+	// arrived: a reader that waits for a block before that waits for the
+	// link's latency, not its bandwidth.
+	receiving atomic.Bool
 }
 
 // newRemote makes the core of a source named name; the transport is
@@ -408,6 +421,7 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 				blocks[i] = e.Value.(*block)
 			} else if b, ok := r.inflight[idx]; ok {
 				blocks[i] = b
+				r.caughtUp = r.caughtUp || b.prefetch && !b.receiving.Load()
 			} else {
 				b := &block{idx: idx, done: make(chan struct{})}
 				r.inflight[idx] = b
@@ -466,13 +480,14 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 // readAhead follows the sequential reader with the read of [off, end) and
 // returns the blocks to read ahead of it, claimed as in flight; r.mu is
 // held. A read that starts where the reader's last one ended, or a little
-// further (seqSlack), continues the stream; once the stream has read a
-// block's worth of bytes and less than half of the
-// window remains fetched or in flight ahead of it, the window doubles
-// (from one block up to maxAhead) and the blocks up to end plus the window
-// are read ahead. A read a little behind is a piece of the stream that
-// arrived late and changes nothing; any other read starts afresh with no
-// window and fetches only what it needs.
+// further (seqSlack), continues the stream. Once the stream has read a
+// block's worth of bytes, and whenever less than half of the window
+// remains fetched or in flight ahead of it, the blocks up to end plus the
+// window are read ahead. The window starts at one block and doubles up to
+// minAhead, then up to maxAhead only when the reader caught up with it. A
+// read a little behind is a piece of the stream that arrived late and
+// changes nothing; any other read starts afresh with no window and
+// fetches only what it needs.
 func (r *remote) readAhead(off, end int64) []*block {
 	if r.maxAhead == 0 || r.ctx.Err() != nil || r.err() != nil {
 		return nil
@@ -494,10 +509,12 @@ func (r *remote) readAhead(off, end int64) []*block {
 	if r.ahead > 0 && r.aheadEnd-end >= r.ahead/2 {
 		return nil
 	}
-	if r.ahead == 0 {
+	switch {
+	case r.ahead == 0:
 		r.ahead = r.blockSize
-	} else {
+	case r.ahead < minAhead || r.caughtUp:
 		r.ahead = min(2*r.ahead, r.maxAhead)
+		r.caughtUp = false
 	}
 	from := max(r.aheadEnd, end)
 	to := min((end+r.ahead+r.blockSize-1)/r.blockSize*r.blockSize, r.size)
@@ -718,7 +735,12 @@ func (r *remote) get(ctx context.Context, deadline time.Time, from, end int64, b
 	}
 	defer body.Close()
 	var n int64
-	for _, b := range bs {
+	for i, b := range bs {
+		if i == 0 {
+			for _, b := range bs {
+				b.receiving.Store(true)
+			}
+		}
 		bstart := b.idx * r.blockSize
 		bend := bstart + int64(len(b.data))
 		for pos := max(from+n, bstart); pos < bend; {
