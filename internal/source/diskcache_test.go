@@ -183,3 +183,42 @@ func TestDiskCacheBound(t *testing.T) {
 		t.Error("a bound of 0 was accepted")
 	}
 }
+
+// A block file of any content is either taken, when its header, length
+// and digest are right, with exactly the bytes it holds, or removed; never
+// a panic or bytes of another length.
+func FuzzDiskBlock(f *testing.F) {
+	dir := f.TempDir()
+	good, err := OpenDiskCache(dir, 1<<30)
+	if err != nil {
+		f.Fatal(err)
+	}
+	o := good.object("http://h/f", "etag \"x\" size 10", 10, 10)
+	o.store(0, []byte("0123456789"), func(string, ...any) {})
+	valid, err := os.ReadFile(o.path(0))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(valid, 10)
+	f.Add(valid[:20], 10)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, content []byte, n int) {
+		if n < 0 || n > 1<<16 {
+			return
+		}
+		if err := os.MkdirAll(o.dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(o.path(1), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, n)
+		if o.load(1, buf, func(string, ...any) {}) {
+			if len(content) != diskHeader+n || !bytes.Equal(buf, content[diskHeader:]) {
+				t.Fatalf("took %d bytes from a file of %d", n, len(content))
+			}
+		} else if _, err := os.Stat(o.path(1)); err == nil {
+			t.Fatal("a block that failed its checks was left in place")
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -57,4 +58,21 @@ func TestNetrcAuthorization(t *testing.T) {
 	if got := netrcAuthorization("127.0.0.1"); got != "" {
 		t.Errorf("no file, got %q", got)
 	}
+}
+
+// Any netrc text yields a login and password that are tokens of it, or
+// nothing; never a panic.
+func FuzzNetrcEntry(f *testing.F) {
+	f.Add("machine h login u password p\n", "h")
+	f.Add("default login a password b\nmacdef x\nmachine h password q\n\n", "h")
+	f.Add("machine", "")
+	f.Fuzz(func(t *testing.T, text, host string) {
+		login, password, ok := netrcEntry(text, host)
+		if !ok && (login != "" || password != "") {
+			t.Fatalf("not found, yet %q %q", login, password)
+		}
+		if ok && (password == "" || !strings.Contains(text, password) || !strings.Contains(text, login)) {
+			t.Fatalf("found %q %q, which are not tokens of the text", login, password)
+		}
+	})
 }
