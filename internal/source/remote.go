@@ -47,7 +47,11 @@ const (
 	// requests of chunkBytes in flight. Beyond it, the window doubles only
 	// when the reader catches up with it (a link with latency), so that a
 	// fast link does not fill memory far ahead of the reader.
-	minAhead        = 16 << 20
+	minAhead = 16 << 20
+	// latencyWait is how long a reader must wait for a reply that had not
+	// started for the wait to be a link's latency rather than a loopback
+	// server's turnaround.
+	latencyWait     = 5 * time.Millisecond
 	defaultParallel = 8
 	// chunkBytes bounds one range request of a read-ahead window or of a
 	// large read (never below one block), so that a window is fetched by
@@ -126,10 +130,11 @@ type remote struct {
 	seqEnd   int64
 	ahead    int64
 	aheadEnd int64
-	// caughtUp says the sequential reader found a block of the window
-	// whose reply had not started yet, since the window last grew: the
-	// window is too short for the link's latency.
-	caughtUp bool
+	// caughtUp says the sequential reader waited, since the window last
+	// grew, for a block of the window whose request was sent but whose
+	// reply had not started, and for longer than latencyWait: the window
+	// is too short for the link's latency.
+	caughtUp atomic.Bool
 }
 
 // block is one aligned block of the file, fetched or being fetched.
@@ -144,10 +149,11 @@ type block struct {
 	// readers counts the reads copying from data, which is not reused for
 	// another block until they are done.
 	readers int
-	// receiving is set once the first byte of the reply bringing the block
-	// arrived: a reader that waits for a block before that waits for the
-	// link's latency, not its bandwidth.
-	receiving atomic.Bool
+	// sent is set once the request for the block has its slot and is on
+	// its way, receiving once its reply started: a reader that waits for a
+	// block sent but not receiving waits for the link's latency, rather
+	// than for its bandwidth or for a slot.
+	sent, receiving atomic.Bool
 }
 
 // newRemote makes the core of a source named name; the transport is
@@ -413,6 +419,7 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 	blocks := make([]*block, last-first+1)
 	for pass := 0; ; pass++ {
 		var mine []*block // to fetch here, in order
+		early := false    // a block of the window whose reply has not started
 		r.mu.Lock()
 		for i := range blocks {
 			idx := first + int64(i)
@@ -421,7 +428,7 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 				blocks[i] = e.Value.(*block)
 			} else if b, ok := r.inflight[idx]; ok {
 				blocks[i] = b
-				r.caughtUp = r.caughtUp || b.prefetch && !b.receiving.Load()
+				early = early || b.prefetch && b.sent.Load() && !b.receiving.Load()
 			} else {
 				b := &block{idx: idx, done: make(chan struct{})}
 				r.inflight[idx] = b
@@ -451,6 +458,7 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 			r.goFetch(run)
 		}
 		again, err := false, error(nil)
+		waitStart := time.Now()
 		for _, b := range blocks {
 			<-b.done
 			if b.err != nil && b.prefetch && pass < 3 {
@@ -460,6 +468,9 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 			} else if b.err != nil && err == nil {
 				err = b.err
 			}
+		}
+		if early && time.Since(waitStart) > latencyWait {
+			r.caughtUp.Store(true)
 		}
 		if err != nil || again {
 			r.mu.Lock()
@@ -512,9 +523,8 @@ func (r *remote) readAhead(off, end int64) []*block {
 	switch {
 	case r.ahead == 0:
 		r.ahead = r.blockSize
-	case r.ahead < minAhead || r.caughtUp:
+	case r.ahead < minAhead || r.caughtUp.Swap(false):
 		r.ahead = min(2*r.ahead, r.maxAhead)
-		r.caughtUp = false
 	}
 	from := max(r.aheadEnd, end)
 	to := min((end+r.ahead+r.blockSize-1)/r.blockSize*r.blockSize, r.size)
@@ -600,6 +610,9 @@ func (r *remote) fetchNet(run []*block) {
 	case <-r.ctx.Done():
 		r.finish(run, fmt.Errorf("%s: source closed", r.name))
 		return
+	}
+	for _, b := range run {
+		b.sent.Store(true)
 	}
 	err := r.fetch(run)
 	<-r.sem
