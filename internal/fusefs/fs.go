@@ -7,6 +7,7 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"syscall"
@@ -333,9 +334,16 @@ func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	if spanner, ok := r.(pipeline.FileSpanner); ok {
 		if span, ok := spanner.FileSpan(off, n); ok {
 			if SpliceFits(span.Off, n) {
-				return &splicedRead{span: span, size: int(n)}, 0
+				rr, err := loadSpan(span, int(n))
+				if err == nil {
+					return rr, 0
+				}
+				// The copying path below reads the range again, and
+				// fails (logged) if the source still does.
+				f.opts.Logf("%s: splice of %d bytes at %d: %v; copying instead", f.Path(nil), n, off, err)
+			} else {
+				span.Release()
 			}
-			span.Release()
 		}
 	}
 	// Slices go to the kernel in one writev: one copy, none here. (A plain
@@ -378,26 +386,80 @@ func (r *lentRead) Size() int {
 
 func (r *lentRead) Done() { r.release() }
 
-// splicedRead is a reply that go-fuse splices from the source file, and
-// that tells the source when the kernel has its bytes: go-fuse calls Done
-// after writing the reply. Until then a writer of the source waits (see
-// source.File.Span). go-fuse splices any reply with a Seekable method,
-// as it does its own ReadResultFd.
+// splicedRead is a reply of bytes spliced from the source file into a pipe
+// by the read handler, which go-fuse splices on to the kernel, and that
+// tells the source when the kernel has them: go-fuse calls Done after
+// writing the reply. Until then a writer of the source waits (see
+// source.File.Span); the pipe holds references to the source's pages, not
+// copies. go-fuse splices any reply with a Stateful method, as it does its
+// own ReadResultPipe.
+//
+// The handler splices into the pipe itself, rather than handing go-fuse the
+// file range (a Seekable reply), because it must see the splice come back
+// short: a read error of the source after some pages (a failing disk)
+// makes splice return the bytes before it, which go-fuse would send as a
+// short read. The kernel takes a short read for the end of the file: the
+// reader would get fewer bytes and no error, and the kernel would shrink
+// the file's size until the mount ends.
 type splicedRead struct {
 	span pipeline.Span
+	pair *splice.Pair
 	size int
 }
 
-// Seekable gives go-fuse the file range to splice.
-func (r *splicedRead) Seekable() (fd uintptr, off int64, size int) {
-	return r.span.Fd, r.span.Off, r.size
+// loadSpan splices the n bytes of span into a pipe. It releases the span
+// when it fails, with the error of the splice, or an error that says how
+// short it came back.
+func loadSpan(span pipeline.Span, n int) (*splicedRead, error) {
+	pair, err := splice.Get()
+	if err != nil {
+		span.Release()
+		return nil, err
+	}
+	page := os.Getpagesize()
+	if err := pair.Grow(min(n+2*page, splice.MaxPipeSize())); err != nil {
+		splice.Done(pair)
+		span.Release()
+		return nil, err
+	}
+	got := 0
+	for got < n {
+		k, err := pair.LoadFromAt(span.Fd, n-got, span.Off+int64(got))
+		if err != nil || k <= 0 {
+			splice.Done(pair)
+			span.Release()
+			if err == nil {
+				err = fmt.Errorf("source ended after %d bytes", got)
+			}
+			return nil, fmt.Errorf("read %d bytes of %d from the source: %w", got, n, err)
+		}
+		got += k
+	}
+	return &splicedRead{span: span, pair: pair, size: n}, nil
 }
 
-// Bytes reads the range when go-fuse cannot splice.
+// Stateful gives go-fuse the pipe to splice from.
+func (r *splicedRead) Stateful() (fd uintptr, size int) { return r.pair.ReadFd(), r.size }
+
+// Bytes reads the pipe when go-fuse cannot splice.
 func (r *splicedRead) Bytes(buf []byte) ([]byte, fuse.Status) {
-	return fuse.ReadResultFd(r.span.Fd, r.span.Off, r.size).Bytes(buf)
+	if cap(buf) < r.size {
+		buf = make([]byte, r.size)
+	}
+	buf = buf[:r.size]
+	for got := 0; got < r.size; {
+		k, err := r.pair.Read(buf[got:])
+		if err != nil || k <= 0 {
+			return nil, fuse.EIO
+		}
+		got += k
+	}
+	return buf, fuse.OK
 }
 
 func (r *splicedRead) Size() int { return r.size }
 
-func (r *splicedRead) Done() { r.span.Release() }
+func (r *splicedRead) Done() {
+	splice.Done(r.pair)
+	r.span.Release()
+}

@@ -460,17 +460,17 @@ func TestVerifyMismatchIsEIO(t *testing.T) {
 	}
 }
 
-// go-fuse splices a reply whose type has the method its own ReadResultFd
+// go-fuse splices a reply whose type has the method its own ReadResultPipe
 // has for that; if go-fuse renamed it, replies from the source would fall
-// back to a pread, correct but slower.
+// back to a read of the pipe, correct but slower.
 func TestSplicedReadMatchesGoFuse(t *testing.T) {
-	theirs, ok := reflect.TypeOf(fuse.ReadResultFd(0, 0, 0)).MethodByName("Seekable")
-	ours, _ := reflect.TypeOf(&splicedRead{}).MethodByName("Seekable")
+	theirs, ok := reflect.TypeOf(fuse.ReadResultPipe(nil, 0)).MethodByName("Stateful")
+	ours, _ := reflect.TypeOf(&splicedRead{}).MethodByName("Stateful")
 	same := ok && theirs.Type.NumIn() == ours.Type.NumIn() && theirs.Type.NumOut() == ours.Type.NumOut()
 	for i := 0; same && i < ours.Type.NumOut(); i++ {
 		same = theirs.Type.Out(i) == ours.Type.Out(i)
 	}
 	if !same {
-		t.Fatalf("go-fuse's ReadResultFd.Seekable is %v (found: %v); splicedRead's is %v", theirs.Type, ok, ours.Type)
+		t.Fatalf("go-fuse's ReadResultPipe.Stateful is %v (found: %v); splicedRead's is %v", theirs.Type, ok, ours.Type)
 	}
 }

@@ -291,30 +291,32 @@ func (p *Pipeline) bitmaskStage(in Reader, inSize int64, k formats.BitmaskDecode
 }
 
 // indexed serves a coded bitmask through a range index built on first use
-// from the whole coding. A failure to build it is remembered.
+// from the whole coding. A failure to build it is remembered, unless the
+// coding could not be read.
 type indexed struct {
 	in     Reader
 	inSize int64
 	size   int64
 	build  func([]byte) (bitmask.Index, error)
 
-	once sync.Once
+	memo memo
 	x    bitmask.Index
-	err  error
 }
 
 func (x *indexed) index() (bitmask.Index, error) {
-	x.once.Do(func() {
+	err := x.memo.do(func() error {
 		blob := make([]byte, x.inSize)
-		if x.err = readFull(x.in, blob, 0); x.err != nil {
-			return
+		if err := readFull(x.in, blob, 0); err != nil {
+			return err
 		}
-		x.x, x.err = x.build(blob)
-		if x.err == nil && x.x.Len() != uint64(x.size) {
-			x.err = fmt.Errorf("bitmask index of %d bytes, expected %d", x.x.Len(), x.size)
+		ix, err := x.build(blob)
+		if err == nil && ix.Len() != uint64(x.size) {
+			err = fmt.Errorf("bitmask index of %d bytes, expected %d", ix.Len(), x.size)
 		}
+		x.x = ix
+		return err
 	})
-	return x.x, x.err
+	return x.x, err
 }
 
 func (x *indexed) Size() (int64, error) { return x.size, nil }

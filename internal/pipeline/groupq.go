@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sync"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant"
@@ -33,7 +32,7 @@ type groupDequantized struct {
 	zeroInt                    bool   // zero points are integers, not floats
 	kernel                     *quant.GroupCodes
 
-	tables     sync.Once // GPTQ: scales, zeros and g_idx, read whole
+	tables     memo // GPTQ: scales, zeros and g_idx, read whole
 	scaleTable []float32
 	zeroTable  []float32
 	groupOf    []uint32
@@ -279,11 +278,11 @@ func (g *groupDequantized) readFloats(r Reader, first, count, w uint64, integer 
 
 // loadTables reads a GPTQ tensor's scales, zero points and group indices.
 func (g *groupDequantized) loadTables() error {
-	g.tables.Do(func() {
+	return g.tables.do(func() error {
 		n := g.groups * g.cols
 		if g.scaleTable, g.tablesErr = g.readFloats(g.scales, 0, n, g.sw, false, g.l.ScaleDType); g.tablesErr != nil {
 			g.tablesErr = fmt.Errorf("scales: %w", g.tablesErr)
-			return
+			return g.tablesErr
 		}
 		if g.zeros != nil {
 			if g.l.ZerosPacked {
@@ -292,7 +291,7 @@ func (g *groupDequantized) loadTables() error {
 				raw := make([]byte, g.groups*zpr*g.cb)
 				if g.tablesErr = readFull(g.zeros, raw, 0); g.tablesErr != nil {
 					g.tablesErr = fmt.Errorf("zero points: %w", g.tablesErr)
-					return
+					return g.tablesErr
 				}
 				g.zeroTable = make([]float32, n)
 				for gi := uint64(0); gi < g.groups; gi++ {
@@ -302,7 +301,7 @@ func (g *groupDequantized) loadTables() error {
 				}
 			} else if g.zeroTable, g.tablesErr = g.readFloats(g.zeros, 0, n, g.zw, g.zeroInt, g.l.ZeroDType); g.tablesErr != nil {
 				g.tablesErr = fmt.Errorf("zero points: %w", g.tablesErr)
-				return
+				return g.tablesErr
 			}
 			// Added once here rather than for every element.
 			for i := range g.zeroTable {
@@ -314,23 +313,23 @@ func (g *groupDequantized) loadTables() error {
 			for i := range g.groupOf {
 				g.groupOf[i] = uint32(uint64(i) / g.l.GroupSize)
 			}
-			return
+			return g.tablesErr
 		}
 		raw := make([]byte, 4*g.rows)
 		if g.tablesErr = readFull(g.gidx, raw, 0); g.tablesErr != nil {
 			g.tablesErr = fmt.Errorf("group indices: %w", g.tablesErr)
-			return
+			return g.tablesErr
 		}
 		for i := range g.groupOf {
 			v := int32(binary.LittleEndian.Uint32(raw[4*i:]))
 			if v < 0 || uint64(v) >= g.groups {
 				g.tablesErr = fmt.Errorf("row %d: group index %d is outside the %d groups", i, v, g.groups)
-				return
+				return g.tablesErr
 			}
 			g.groupOf[i] = uint32(v)
 		}
+		return nil
 	})
-	return g.tablesErr
 }
 
 // fillGPTQ writes elements [e0, e1) of a GPTQ-layout tensor.

@@ -236,7 +236,7 @@ func (p *Pipeline) fileVerdictLocked(k int) *verdict {
 		return v
 	}
 	v := &verdict{check: func() error {
-		err := digest.Check(src, 0, src.Size(), key.digest)
+		err := digest.Check(newRegion(src, 0, src.Size()), 0, src.Size(), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("%s: %v; served unverified", src.Name(), err)
 			return nil
@@ -353,7 +353,9 @@ func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verd
 		return v, nil
 	}
 	v := &verdict{check: func() error {
-		err := digest.Check(src, int64(key.off), int64(key.length), key.digest)
+		// Through a region, whose failed reads are sourceErrors: a
+		// verdict that could not read the bytes is not kept.
+		err := digest.Check(newRegion(src, int64(key.off), int64(key.length)), 0, int64(key.length), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
 			return nil

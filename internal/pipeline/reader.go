@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ztfs/ztfs/internal/source"
 )
@@ -142,10 +143,57 @@ func (r *region) ReadAt(p []byte, off int64) (int, error) {
 	if got < n {
 		if err == nil || errors.Is(err, io.EOF) {
 			err = fmt.Errorf("source file ends inside a component: %w", io.ErrUnexpectedEOF)
+		} else {
+			err = &sourceError{err}
 		}
 		return got, err
 	}
 	return n, eof
+}
+
+// sourceError is the error of a read of a source: a failing disk's EIO, an
+// HTTP request that failed for good. The same bytes may read another time,
+// so what a stage works out once and keeps (a frame index, a size learnt by
+// decoding, a digest's verdict) is not kept when a sourceError stopped it,
+// as it is when the bytes themselves were wrong: the next read tries again.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+// isSourceError reports whether err is, or wraps, a sourceError.
+func isSourceError(err error) bool {
+	var se *sourceError
+	return errors.As(err, &se)
+}
+
+// memo runs a function until it succeeds, or fails for a reason in the
+// bytes, and keeps that outcome: sync.Once, except that a failure to read
+// the source (isSourceError) is returned without being kept.
+type memo struct {
+	done atomic.Bool
+	mu   sync.Mutex
+	err  error
+}
+
+// do returns f's kept outcome, running f (one caller at a time) until
+// there is one.
+func (m *memo) do(f func() error) error {
+	if m.done.Load() {
+		return m.err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done.Load() {
+		return m.err
+	}
+	err := f()
+	if err != nil && isSourceError(err) {
+		return err
+	}
+	m.err = err
+	m.done.Store(true)
+	return err
 }
 
 func (r *region) FileSpan(off, n int64) (Span, bool) {
@@ -167,17 +215,14 @@ func (r *region) WholeFile() (source.Source, bool) {
 	return r.src, true
 }
 
-// verdict is the outcome of one digest check, made once, on first use.
+// verdict is the outcome of one digest check, made once, on first use (and
+// again after a check that could not read the bytes).
 type verdict struct {
 	check func() error
-	once  sync.Once
-	err   error
+	memo  memo
 }
 
-func (v *verdict) get() error {
-	v.once.Do(func() { v.err = v.check() })
-	return v.err
-}
+func (v *verdict) get() error { return v.memo.do(v.check) }
 
 // verified guards a stream with a digest: the bytes it covers are hashed
 // once, before the first byte is served, and every read fails after a

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"math/bits"
-	"sync"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant"
@@ -171,8 +170,7 @@ type sparse struct {
 	// strict applies zTensor v2's data rules (formats.SparseCSR.Strict).
 	strict bool
 
-	once   sync.Once
-	err    error
+	memo   memo // of validate
 	nnz    uint64
 	sorted bool  // COO entries are in non-decreasing linear order
 	window int64 // blocks per fill
@@ -267,8 +265,7 @@ func (s *sparse) size() (int64, error) { return int64(s.total * s.outBytes), nil
 
 // prepare resolves nnz and validates the index structure once.
 func (s *sparse) prepare() error {
-	s.once.Do(func() { s.err = s.validate() })
-	return s.err
+	return s.memo.do(s.validate)
 }
 
 func (s *sparse) validate() error {

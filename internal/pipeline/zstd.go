@@ -46,10 +46,11 @@ type zstdStream struct {
 	// table, which is its index, and is never decoded sequentially.
 	seekable bool
 
-	// indexed is done once, on first use: framed is then the frame index's
-	// server, nil for a stream decoded sequentially, and unindexed says why
-	// (for tests); indexErr is set when the headers show the wrong size.
-	indexed   sync.Once
+	// indexed is done once, on first use (again after a failed read of the
+	// source): framed is then the frame index's server, nil for a stream
+	// decoded sequentially, and unindexed says why (for tests); indexErr is
+	// set when the headers show the wrong size.
+	indexed   memo
 	framed    atomic.Pointer[framedStream]
 	unindexed error
 	indexErr  error
@@ -103,14 +104,14 @@ func (z *zstdStream) size() (int64, error) {
 		return st.size, st.err
 	}
 	if f, err := z.index(); err != nil {
-		return 0, z.fail(err)
+		return 0, z.failKept(err)
 	} else if f != nil {
 		z.state.Store(&zstdState{size: f.size})
 		return f.size, nil
 	}
 	n, err := z.measure()
 	if err != nil {
-		return 0, z.fail(err)
+		return 0, z.failKept(err)
 	}
 	z.state.Store(&zstdState{size: n})
 	return n, nil
@@ -120,32 +121,9 @@ func (z *zstdStream) size() (int64, error) {
 // stream decoded sequentially, or an error when the frame headers already
 // show that the stream cannot have the size it must have.
 func (z *zstdStream) index() (*framedStream, error) {
-	z.indexed.Do(func() {
-		if z.seekable {
-			idx, err := zstdframe.NewSeekableIndex(readerAtFunc(z.stored.ReadAt), z.storedLen, z.declared)
-			if err != nil {
-				z.indexErr = err
-				return
-			}
-			z.framed.Store(newFramedStream(z, idx))
-			return
-		}
-		idx, why := zstdframe.NewIndex(readerAtFunc(z.stored.ReadAt), z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared)
-		if why != nil {
-			z.unindexed = why
-			return
-		}
-		switch total := idx.Total(); {
-		case z.declared >= 0 && total < z.declared:
-			z.indexErr = fmt.Errorf("zstd stream ends after %d bytes, expected %d (frame headers)", total, z.declared)
-		case z.declared >= 0 && total > z.declared:
-			z.indexErr = fmt.Errorf("zstd stream decodes to more than the expected %d bytes: %d (frame headers)", z.declared, total)
-		case z.declared < 0 && uint64(total) > z.max:
-			z.indexErr = fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component: %d (frame headers)", z.max, total)
-		default:
-			z.framed.Store(newFramedStream(z, idx))
-		}
-	})
+	if err := z.indexed.do(z.buildIndex); err != nil {
+		return nil, err
+	}
 	if st := z.state.Load(); st != nil && st.err != nil {
 		return nil, st.err
 	}
@@ -153,6 +131,46 @@ func (z *zstdStream) index() (*framedStream, error) {
 		return nil, z.indexErr
 	}
 	return z.framed.Load(), nil
+}
+
+// buildIndex indexes the stream's frames for index. It fails only when a
+// read of the source failed, which the index cannot tell from a stream it
+// does not take: nothing is then decided, and the next use tries again.
+func (z *zstdStream) buildIndex() error {
+	var readErr error
+	stored := readerAtFunc(func(p []byte, off int64) (int, error) {
+		n, err := z.stored.ReadAt(p, off)
+		if err != nil && readErr == nil && isSourceError(err) {
+			readErr = err
+		}
+		return n, err
+	})
+	var idx *zstdframe.Index
+	var why, indexErr error
+	if z.seekable {
+		idx, indexErr = zstdframe.NewSeekableIndex(stored, z.storedLen, z.declared)
+	} else if idx, why = zstdframe.NewIndex(stored, z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared); why == nil {
+		switch total := idx.Total(); {
+		case z.declared >= 0 && total < z.declared:
+			indexErr = fmt.Errorf("zstd stream ends after %d bytes, expected %d (frame headers)", total, z.declared)
+		case z.declared >= 0 && total > z.declared:
+			indexErr = fmt.Errorf("zstd stream decodes to more than the expected %d bytes: %d (frame headers)", z.declared, total)
+		case z.declared < 0 && uint64(total) > z.max:
+			indexErr = fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component: %d (frame headers)", z.max, total)
+		}
+	}
+	if readErr != nil {
+		return readErr
+	}
+	switch {
+	case indexErr != nil:
+		z.indexErr = indexErr
+	case why != nil:
+		z.unindexed = why
+	default:
+		z.framed.Store(newFramedStream(z, idx))
+	}
+	return nil
 }
 
 // measure decodes the whole stream to learn its size.
@@ -196,13 +214,23 @@ func (z *zstdStream) fail(err error) error {
 	return err
 }
 
+// failKept is fail for an error of the stream's bytes. A failed read of
+// the source (isSourceError) is returned as it is: the same bytes may read
+// another time, and the next use tries again.
+func (z *zstdStream) failKept(err error) error {
+	if isSourceError(err) {
+		return err
+	}
+	return z.fail(err)
+}
+
 // block decodes block k: from its frames in a multi-frame stream, else by
 // advancing this stream's decoder to it.
 func (z *zstdStream) block(k int64) ([]byte, error) {
 	if st := z.state.Load(); st != nil && st.err == nil {
 		f, err := z.index()
 		if err != nil {
-			return nil, z.fail(err)
+			return nil, z.failKept(err)
 		}
 		if f != nil {
 			return f.block(k)
@@ -326,7 +354,7 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 		}
 		if index == last {
 			if err := z.expectEnd(c, st.size); err != nil {
-				return nil, z.fail(err)
+				return nil, z.failKept(err)
 			}
 		}
 		z.out.cache.Put(z.out.key(index), data)
