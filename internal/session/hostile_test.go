@@ -1,11 +1,18 @@
 package session_test
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/safetensors"
@@ -149,4 +156,148 @@ func TestFolderTensorPathsCollide(t *testing.T) {
 		}
 	}
 	t.Logf("error: %v", err)
+}
+
+// peakHeap runs f and returns how far the heap in use rose above where it
+// was before, sampled every millisecond, and how long f took.
+func peakHeap(f func()) (uint64, time.Duration) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	start := time.Now()
+	f()
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+	return max(peak.Load(), base) - base, elapsed
+}
+
+// A model.safetensors.index.json of 100 MB: one whose size is metadata
+// opens, its index served byte for byte; one whose weight_map lists 1.5
+// million tensors no file holds is refused naming the first; one over the
+// 256 MiB limit is refused without being read. Each within a few times
+// the index's size of memory (figures in docs/reliability.md).
+func TestHugeIndex(t *testing.T) {
+	const size = 100 << 20
+	indexName := "model.safetensors.index.json"
+	t.Run("metadata", func(t *testing.T) {
+		dir := makeCheckpoint(t, "--shard-size", "60000")
+		path := filepath.Join(dir, indexName)
+		var x map[string]any
+		if err := json.Unmarshal([]byte(mustReadFile(t, path)), &x); err != nil {
+			t.Fatal(err)
+		}
+		x["metadata"].(map[string]any)["padding"] = strings.Repeat("p", size)
+		writeJSON(t, path, x)
+		st, _ := os.Stat(path)
+		var s *session.Session
+		var err error
+		peak, took := peakHeap(func() { s, err = session.Open(dir, session.Options{CacheSize: 1 << 20}) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		t.Logf("%d-byte index with a 100 MiB metadata field: opened in %v, heap rose %.0f MiB", st.Size(), took.Round(time.Millisecond), float64(peak)/(1<<20))
+		if got := catPath(t, s, indexName); int64(len(got)) != st.Size() {
+			t.Errorf("the index reads %d bytes, want %d", len(got), st.Size())
+		}
+		if peak > 4*size {
+			t.Errorf("opening took %d MiB of heap", peak>>20)
+		}
+	})
+	t.Run("weight map", func(t *testing.T) {
+		dir := makeCheckpoint(t, "--shard-size", "60000")
+		path := filepath.Join(dir, indexName)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := bufio.NewWriterSize(f, 1<<20)
+		w.WriteString(`{"metadata": {}, "weight_map": {`)
+		n := 0
+		for written := 0; written < size; n++ {
+			if n > 0 {
+				w.WriteString(", ")
+			}
+			k, _ := fmt.Fprintf(w, `"ghost.layers.%d.self_attn.q_proj.weight": "model-00001-of-00005.safetensors"`, n)
+			written += k + 2
+		}
+		w.WriteString("}}")
+		w.Flush()
+		f.Close()
+		st, _ := os.Stat(path)
+		var err2 error
+		peak, took := peakHeap(func() {
+			var s *session.Session
+			if s, err2 = session.Open(dir, session.Options{CacheSize: 1 << 20}); err2 == nil {
+				s.Close()
+			}
+		})
+		t.Logf("%d-byte index listing %d tensors: %v in %v, heap rose %.0f MiB", st.Size(), n, err2, took.Round(time.Millisecond), float64(peak)/(1<<20))
+		if err2 == nil || !strings.Contains(err2.Error(), `puts tensor "ghost.layers.0.self_attn.q_proj.weight" in model-00001-of-00005.safetensors, which does not hold it`) {
+			t.Errorf("error %v", err2)
+		}
+		// The text, then the map of 1.3 million names: about 4.5 times
+		// the index.
+		if peak > 5*size {
+			t.Errorf("opening took %d MiB of heap", peak>>20)
+		}
+	})
+	t.Run("over the limit", func(t *testing.T) {
+		dir := makeCheckpoint(t, "--shard-size", "60000")
+		path := filepath.Join(dir, indexName)
+		b := []byte(mustReadFile(t, path))
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Sparse: past the limit without writing it.
+		if err := os.Truncate(path, 256<<20+1); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		peak, took := peakHeap(func() {
+			var s *session.Session
+			if s, err = session.Open(dir, session.Options{CacheSize: 1 << 20}); err == nil {
+				s.Close()
+			}
+		})
+		t.Logf("257 MiB index: %v in %v, heap rose %.1f MiB", err, took.Round(time.Millisecond), float64(peak)/(1<<20))
+		if err == nil || !strings.Contains(err.Error(), indexName) || !strings.Contains(err.Error(), "too large for a weight index") {
+			t.Errorf("error %v", err)
+		}
+		if peak > 16<<20 {
+			t.Errorf("refusing took %d MiB of heap", peak>>20)
+		}
+	})
+}
+
+func mustReadFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
