@@ -175,6 +175,7 @@ def hammer(mnt, seconds, expected_path):
     rng = random.Random(os.getpid())
     end = time.monotonic() + seconds
     passes, files, nbytes, worst, worst_at, errors = 0, 0, 0, 0.0, "", []
+    slices, slow = 0, [0, 0]  # slices read; over 100 ms, over 1 s
     while time.monotonic() < end and len(errors) < 10:
         rng.shuffle(names)
         for name in names:
@@ -193,6 +194,11 @@ def hammer(mnt, seconds, expected_path):
                             t = time.monotonic()
                             h.update(mm[off:off + CHUNK])
                             d = time.monotonic() - t
+                            slices += 1
+                            if d > 0.1:
+                                slow[0] += 1
+                            if d > 1:
+                                slow[1] += 1
                             if d > worst:
                                 worst, worst_at = d, "%s at %d" % (name, off)
             except OSError as e:
@@ -206,7 +212,8 @@ def hammer(mnt, seconds, expected_path):
             nbytes += size
         else:
             passes += 1
-    print(json.dumps({"passes": passes, "files": files, "bytes": nbytes,
+    print(json.dumps({"passes": passes, "files": files, "bytes": nbytes, "slices": slices,
+                      "over_100ms": slow[0], "over_1s": slow[1],
                       "worst_read_seconds": worst, "worst_read": worst_at, "errors": errors}))
 
 

@@ -41,6 +41,9 @@ type hammerResult struct {
 	Passes           int      `json:"passes"`
 	Files            int      `json:"files"`
 	Bytes            int64    `json:"bytes"`
+	Slices           int64    `json:"slices"`
+	Over100ms        int64    `json:"over_100ms"`
+	Over1s           int64    `json:"over_1s"`
 	WorstReadSeconds float64  `json:"worst_read_seconds"`
 	WorstRead        string   `json:"worst_read"`
 	Errors           []string `json:"errors"`
@@ -133,7 +136,7 @@ func hammerMount(t *testing.T, python, src string, duration time.Duration) {
 	elapsed := time.Since(start)
 
 	var passes, files int
-	var nbytes int64
+	var nbytes, slices, over100ms, over1s int64
 	var worst float64
 	var worstAt string
 	for i, r := range results {
@@ -146,6 +149,9 @@ func hammerMount(t *testing.T, python, src string, duration time.Duration) {
 		passes += r.Passes
 		files += r.Files
 		nbytes += r.Bytes
+		slices += r.Slices
+		over100ms += r.Over100ms
+		over1s += r.Over1s
 		if r.WorstReadSeconds > worst {
 			worst, worstAt = r.WorstReadSeconds, r.WorstRead
 		}
@@ -163,9 +169,9 @@ func hammerMount(t *testing.T, python, src string, duration time.Duration) {
 	m.s, m.server = nil, nil
 	left := settledGoroutines(goroutines)
 	heapUnmounted := liveHeap()
-	t.Logf("%s: %d processes, %v: %d passes over %d files (%.0f MiB each pass), %d files and %.1f GiB read and checked, %.0f MiB/s; longest 1 MiB read %.0f ms (%s); cache %d MiB: %d hits, %d misses, %d evictions",
+	t.Logf("%s: %d processes, %v: %d passes over %d files (%.0f MiB each pass), %d files and %.1f GiB read and checked, %.0f MiB/s; %d slices of 1 MiB read, %d over 100 ms, %d over 1 s, longest %.0f ms (%s); cache %d MiB: %d hits, %d misses, %d evictions",
 		name, manyLoaders, elapsed.Round(time.Second), passes, len(want), float64(wantBytes)/(1<<20), files, float64(nbytes)/(1<<30),
-		float64(nbytes)/(1<<20)/elapsed.Seconds(), worst*1000, worstAt, manyLoaderCache>>20, stats.Hits, stats.Misses, stats.Evictions)
+		float64(nbytes)/(1<<20)/elapsed.Seconds(), slices, over100ms, over1s, worst*1000, worstAt, manyLoaderCache>>20, stats.Hits, stats.Misses, stats.Evictions)
 	t.Logf("%s: heap %.1f MiB before the mount, %.1f MiB idle, %.1f MiB after the run, %.1f MiB after the unmount; goroutines %d before the mount, %d after; peak RSS %s",
 		name, mib(heapBefore), mib(heapIdle), mib(heapAfter), mib(heapUnmounted), goroutines, left, peakRSS())
 	if left > goroutines {
