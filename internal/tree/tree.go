@@ -405,7 +405,8 @@ func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Nod
 }
 
 // finish sorts every directory, rejects entries that share a name, and
-// numbers the nodes depth first. A tensor directory takes stride numbers,
+// numbers the nodes depth first; path is n's path with a trailing slash
+// ("" for the root), for errors. A tensor directory takes stride numbers,
 // one for itself and the rest for its files, so that its files can be
 // numbered when they are created.
 func (n *Node) finish(next *uint64, stride uint64, path string) error {
@@ -425,7 +426,13 @@ func (n *Node) finish(next *uint64, stride uint64, path string) error {
 				path+c.Name, n.children[i-1].describe(), c.describe())
 		}
 		if c.IsDir() {
-			if err := c.finish(next, stride, path+c.Name+"/"); err != nil {
+			// A tensor's directory has no entries to check yet: no path
+			// made for it, one per tensor.
+			sub := ""
+			if c.tensor == nil {
+				sub = path + c.Name + "/"
+			}
+			if err := c.finish(next, stride, sub); err != nil {
 				return err
 			}
 		} else {
