@@ -18,6 +18,14 @@ so that a pass over a mount can be compared with a pass over the source.
                                   streamer), hashed with SHA-256
   loaders.py reference DIR        the checksums of all three mount modes,
                                   computed from the source folder
+  loaders.py hammer MNT SECONDS EXPECTED
+                                  one process of a many-loader run: until
+                                  SECONDS have passed, memory-maps every file
+                                  EXPECTED (JSON: path in MNT -> SHA-256) names,
+                                  in an order of its own, its pages dropped
+                                  first, reads it through the map in 1 MiB
+                                  slices, and checks its digest; prints the
+                                  passes, bytes, longest slice and mismatches
 
 With NPROC > 1 the tensors are shared out among NPROC processes, each
 reading different tensors at the same time.
@@ -159,8 +167,61 @@ def reference(d):
     return out
 
 
+def hammer(mnt, seconds, expected_path):
+    import mmap
+    import random
+    want = json.load(open(expected_path))
+    names = sorted(want)
+    rng = random.Random(os.getpid())
+    end = time.monotonic() + seconds
+    passes, files, nbytes, worst, worst_at, errors = 0, 0, 0, 0.0, "", []
+    slices, slow = 0, [0, 0]  # slices read; over 100 ms, over 1 s
+    while time.monotonic() < end and len(errors) < 10:
+        rng.shuffle(names)
+        for name in names:
+            if time.monotonic() >= end:
+                break
+            fd = os.open(os.path.join(mnt, name), os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                # The kernel's pages of the file go, so that ztfs serves
+                # the faults rather than the page cache.
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                h = hashlib.sha256()
+                if size:
+                    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mm:
+                        for off in range(0, size, CHUNK):
+                            t = time.monotonic()
+                            h.update(mm[off:off + CHUNK])
+                            d = time.monotonic() - t
+                            slices += 1
+                            if d > 0.1:
+                                slow[0] += 1
+                            if d > 1:
+                                slow[1] += 1
+                            if d > worst:
+                                worst, worst_at = d, "%s at %d" % (name, off)
+            except OSError as e:
+                errors.append("%s: %s" % (name, e))
+                continue
+            finally:
+                os.close(fd)
+            if h.hexdigest() != want[name]:
+                errors.append("%s: SHA-256 %s, want %s" % (name, h.hexdigest(), want[name]))
+            files += 1
+            nbytes += size
+        else:
+            passes += 1
+    print(json.dumps({"passes": passes, "files": files, "bytes": nbytes, "slices": slices,
+                      "over_100ms": slow[0], "over_1s": slow[1],
+                      "worst_read_seconds": worst, "worst_read": worst_at, "errors": errors}))
+
+
 def main():
     mode, where = sys.argv[1], sys.argv[2]
+    if mode == "hammer":
+        hammer(where, float(sys.argv[3]), sys.argv[4])
+        return
     nproc = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     if mode == "reference":
         print(json.dumps(reference(where)))

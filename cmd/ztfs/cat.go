@@ -26,6 +26,7 @@ as 'cat MOUNTPOINT/PATH' would, without FUSE. PATH is relative to the mount
 root, e.g. manifest.json or tensors/layer1.weight/tensor.npy.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			cache.fitContainer(cmd.Flags())
 			mode, err := check.mode()
 			if err != nil {
 				return withCode(exitUsage, err)

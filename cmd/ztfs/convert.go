@@ -52,6 +52,7 @@ when complete: an interrupted or failed convert leaves nothing under DEST.
 A progress bar shows on a terminal.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.cache.fitContainer(cmd.Flags())
 			return runConvert(args[0], args[1], f, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
 		},
 	}

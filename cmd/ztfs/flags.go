@@ -132,8 +132,21 @@ type cacheFlags struct {
 }
 
 func (f *cacheFlags) register(fl *pflag.FlagSet) {
-	fl.Var(&f.size, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units)")
+	fl.Var(&f.size, "cache-size", "memory for decoded blocks, e.g. 512MiB, 2G (binary units); by default at most a quarter of the memory limit of the process's cgroup, if it has one")
 }
+
+// fitContainer lowers the default cache size to a quarter of the memory
+// limit of the process's control group (fitCache) when fl's --cache-size
+// was not given.
+func (f *cacheFlags) fitContainer(fl *pflag.FlagSet) {
+	if !fl.Changed("cache-size") {
+		f.size = sizeFlag(fitCache(int64(f.size), containerMemoryLimit()))
+	}
+}
+
+// containerMemoryLimit is the memory limit of the process's control group,
+// 0 when there is none.
+var containerMemoryLimit = func() int64 { return cgroupMemoryLimit("/proc", "/sys/fs/cgroup") }
 
 // verifyFlags are --verify and --no-verify, for the commands that serve a
 // component's bytes (mount, cat). inspect's --verify is a flag of its own:

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	units "github.com/docker/go-units"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/spf13/cobra"
 
@@ -62,6 +63,7 @@ serves, leaving a background server that runs until the mount is unmounted
 Ctrl-C or SIGTERM then unmounts.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.cache.fitContainer(cmd.Flags())
 			return runMount(cmd, args[0], args[1], f)
 		},
 	}
@@ -162,7 +164,15 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		return err
 	}
 	logf = dedupLogf(logger) // before the mount serves: no reader sees the change
-	boundMemory(int64(f.cache.size))
+	cgroupLimit := containerMemoryLimit()
+	if limit := boundMemory(int64(f.cache.size), cgroupLimit); cgroupLimit > 0 {
+		logf("memory: cgroup limit %s, cache %s, Go memory limit %s", units.BytesSize(float64(cgroupLimit)),
+			f.cache.size.String(), units.BytesSize(float64(limit)))
+		if int64(f.cache.size) > cgroupLimit/2 {
+			notify(fmt.Sprintf("warning: --cache-size %s is over half the memory limit of the server's cgroup (%s): the kernel may kill the server when the cache fills",
+				f.cache.size.String(), units.BytesSize(float64(cgroupLimit))))
+		}
+	}
 	widenProcs()
 	abs, _ := filepath.Abs(source)
 	if session.IsRemote(source) {
@@ -241,15 +251,34 @@ const serverOverhead = 32 << 20
 // server stays near what it holds after opening the container (the index
 // and tree) plus its cache, what it may decode ahead of readers, the
 // evicted blocks kept for reuse and a working margin, rather than letting the
-// heap grow to twice the live cache between collections. GOMEMLIMIT in the
-// environment takes precedence.
-func boundMemory(cacheSize int64) {
+// heap grow to twice the live cache between collections. In a control
+// group whose memory limit (cgroupLimit, 0 for none) is lower than that
+// plus memoryHeadroom, the limit less the headroom is used instead, so
+// that the runtime collects before the kernel's OOM killer is called.
+// GOMEMLIMIT in the environment takes precedence. It returns the limit set,
+// or 0 when it set none.
+func boundMemory(cacheSize, cgroupLimit int64) int64 {
 	if os.Getenv("GOMEMLIMIT") != "" {
-		return
+		return 0
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	debug.SetMemoryLimit(int64(ms.HeapAlloc) + cacheSize + pipeline.HeldBudget(cacheSize) + cache.RecycleBudget(cacheSize) + serverOverhead)
+	limit := goMemoryLimit(int64(ms.HeapAlloc), cacheSize, cgroupLimit)
+	debug.SetMemoryLimit(limit)
+	return limit
+}
+
+// goMemoryLimit is boundMemory's limit for a heap of heap bytes after
+// opening.
+func goMemoryLimit(heap, cacheSize, cgroupLimit int64) int64 {
+	limit := heap + cacheSize + pipeline.HeldBudget(cacheSize) + cache.RecycleBudget(cacheSize) + serverOverhead
+	if cgroupLimit > 0 {
+		// Never below the heap the server already holds plus a margin:
+		// a limit under the live heap only makes the runtime collect
+		// without end.
+		limit = min(limit, max(cgroupLimit-memoryHeadroom(cgroupLimit), heap+serverOverhead))
+	}
+	return limit
 }
 
 // widenProcs runs Go code on twice as many threads as there are cores,

@@ -48,7 +48,7 @@ func TestDefaultLogAndStatus(t *testing.T) {
 	}
 
 	st := statusOf(t, mnt)
-	if st == nil || st.State != stateServing || st.Source != source || st.PID != serverPID(t, mnt) || st.LogFile != logPath || st.CacheSize != defaultCacheSize {
+	if st == nil || st.State != stateServing || st.Source != source || st.PID != serverPID(t, mnt) || st.LogFile != logPath || st.CacheSize != fitCache(defaultCacheSize, containerMemoryLimit()) {
 		t.Fatalf("status: %+v", st)
 	}
 	if text := run(t, "status"); !strings.Contains(text.stdout, resolvePath(mnt)) || !strings.Contains(text.stdout, "serving") {

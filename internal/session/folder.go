@@ -2,6 +2,7 @@ package session
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,17 +124,23 @@ func parseIndex(name string, rd io.Reader, size int64) (*weightIndex, error) {
 	if err := r.UnreadByte(); err != nil {
 		return nil, err
 	}
-	data, err := io.ReadAll(r)
-	if err != nil {
+	// Read into room for the whole file at once: io.ReadAll's doubling
+	// would hold up to twice a large index's text.
+	buf := bytes.NewBuffer(make([]byte, 0, max(size, 0)+bytes.MinRead))
+	if _, err := buf.ReadFrom(r); err != nil {
 		return nil, err
 	}
+	data := buf.Bytes()
 	var raw struct {
 		WeightMap json.RawMessage `json:"weight_map"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil || raw.WeightMap == nil {
 		return nil, errNotIndex
 	}
-	x := &weightIndex{Name: name}
+	// The map is made at its size from the start: growing it as the
+	// entries come would hold the old and the new tables at once, a
+	// third of the memory of a large index's open.
+	x := &weightIndex{Name: name, WeightMap: make(map[string]string, bytes.Count(raw.WeightMap, []byte{':'}))}
 	if err := json.Unmarshal(raw.WeightMap, &x.WeightMap); err != nil {
 		return nil, fmt.Errorf("weight_map is not an object of tensor names to file names: %w", err)
 	}

@@ -276,7 +276,7 @@ func New(in Input) (*Tree, error) {
 	root.children = append(root.children, &Node{Name: "manifest.json", Reader: &tr.manifest})
 	tr.manifest.build = tr.writeManifest
 	next := uint64(1)
-	if err := root.finish(&next, stride); err != nil {
+	if err := root.finish(&next, stride, ""); err != nil {
 		return nil, err
 	}
 	tr.Root = root
@@ -405,10 +405,11 @@ func (tr *Tree) addTensor(tensors *Node, t *formats.Tensor, dirs map[string]*Nod
 }
 
 // finish sorts every directory, rejects entries that share a name, and
-// numbers the nodes depth first. A tensor directory takes stride numbers,
+// numbers the nodes depth first; path is n's path with a trailing slash
+// ("" for the root), for errors. A tensor directory takes stride numbers,
 // one for itself and the rest for its files, so that its files can be
 // numbered when they are created.
-func (n *Node) finish(next *uint64, stride uint64) error {
+func (n *Node) finish(next *uint64, stride uint64, path string) error {
 	n.ID = *next
 	if n.tensor != nil {
 		*next += stride
@@ -421,10 +422,17 @@ func (n *Node) finish(next *uint64, stride uint64) error {
 	}
 	for i, c := range n.children {
 		if i > 0 && n.children[i-1].Name == c.Name {
-			return fmt.Errorf("two entries named %q in one directory (tensor paths collide)", c.Name)
+			return fmt.Errorf("%s is both %s and %s: two entries with one name (tensor paths collide)",
+				path+c.Name, n.children[i-1].describe(), c.describe())
 		}
 		if c.IsDir() {
-			if err := c.finish(next, stride); err != nil {
+			// A tensor's directory has no entries to check yet: no path
+			// made for it, one per tensor.
+			sub := ""
+			if c.tensor == nil {
+				sub = path + c.Name + "/"
+			}
+			if err := c.finish(next, stride, sub); err != nil {
 				return err
 			}
 		} else {
@@ -436,6 +444,31 @@ func (n *Node) finish(next *uint64, stride uint64) error {
 }
 
 func compareNodes(a, b *Node) int { return strings.Compare(a.Name, b.Name) }
+
+// describe names what a node of the tree being built is, for an error:
+// a tensor's directory, a directory holding tensors, or a file.
+func (n *Node) describe() string {
+	switch {
+	case n.tensor != nil:
+		return fmt.Sprintf("the directory of tensor %q", n.tensor.t.Name)
+	case !n.IsDir():
+		return "a file"
+	}
+	for d := n; d != nil; {
+		if d.tensor != nil {
+			return fmt.Sprintf("a directory of tensors (%q, ...)", d.tensor.t.Name)
+		}
+		var next *Node
+		for _, c := range d.children {
+			if c.IsDir() {
+				next = c
+				break
+			}
+		}
+		d = next
+	}
+	return "a directory"
+}
 
 // dataFile is a file of a tensor directory that holds the tensor's bytes.
 type dataFile struct {
