@@ -259,9 +259,10 @@ func TestHugeIndex(t *testing.T) {
 		if err2 == nil || !strings.Contains(err2.Error(), `puts tensor "ghost.layers.0.self_attn.q_proj.weight" in model-00001-of-00005.safetensors, which does not hold it`) {
 			t.Errorf("error %v", err2)
 		}
-		// The text, then the map of 1.3 million names: about 4.5 times
-		// the index.
-		if peak > 5*size {
+		// The text, then the map of 1.3 million names: about 4-5 times
+		// the index, more where the collector runs late on a loaded
+		// machine.
+		if peak > 6*size {
 			t.Errorf("opening took %d MiB of heap", peak>>20)
 		}
 	})
