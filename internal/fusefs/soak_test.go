@@ -264,6 +264,9 @@ func (c *soakChanging) remount() {
 	defer c.mu.Unlock()
 	if c.m != nil {
 		c.m.unmount(c.t)
+		// The test's cleanup keeps every mount it made until the end: let
+		// the old one's server and session go, as a process's would.
+		c.m.server, c.m.s = nil, nil
 	}
 	c.m, c.files = m, files
 }

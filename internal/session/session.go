@@ -487,6 +487,11 @@ func (s *Session) Close() error {
 	if s.Pipeline != nil {
 		s.Pipeline.Close()
 	}
+	if s.Cache != nil {
+		// A caller that keeps the closed session (a test, a process that
+		// opens many) does not keep its blocks.
+		s.Cache.Clear()
+	}
 	s.closeKept()
 	return s.closeSources()
 }
