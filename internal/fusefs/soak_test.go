@@ -311,11 +311,12 @@ func (c *soakChanging) change() {
 	c.remount()
 }
 
-// soakRun is the readers of TestSoak, owned by it.
+// soakRun is the readers of TestSoak, owned by it: TestStress's run (its
+// counters, heap samples and failure count) and the reads that met a
+// changed source.
 type soakRun struct {
-	wg                       sync.WaitGroup
-	pause                    sync.RWMutex
-	reads, bytes, eio, fails atomic.Int64
+	stressRun
+	eio atomic.Int64
 }
 
 func (r *soakRun) start(t *testing.T, files []soakFile, ch *soakChanging, end time.Time) {
@@ -326,19 +327,6 @@ func (r *soakRun) start(t *testing.T, files []soakFile, ch *soakChanging, end ti
 			r.reader(t, files, ch, seed, end)
 		}(int64(i) + 1)
 	}
-}
-
-func (r *soakRun) wait() { r.wg.Wait() }
-
-func (r *soakRun) heapAfter(at time.Time) uint64 {
-	time.Sleep(time.Until(at))
-	r.pause.Lock()
-	defer r.pause.Unlock()
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
 }
 
 // reader preads random ranges of the fixed mounts' files and, one read in
@@ -370,12 +358,6 @@ func (r *soakRun) reader(t *testing.T, files []soakFile, ch *soakChanging, seed 
 		if err != nil {
 			r.fail(t, "%s: %v", f.path, err)
 		}
-	}
-}
-
-func (r *soakRun) fail(t *testing.T, format string, args ...any) {
-	if r.fails.Add(1) <= 20 {
-		t.Errorf(format, args...)
 	}
 }
 
