@@ -41,17 +41,7 @@ const (
 // soakDuration is ZTFS_SOAK, or 2 minutes (10 s with -short, the race
 // detector's run).
 func soakDuration(t *testing.T) time.Duration {
-	if v := os.Getenv(SoakVar); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", SoakVar, v, err)
-		}
-		return d
-	}
-	if testing.Short() {
-		return 10 * time.Second
-	}
-	return 2 * time.Minute
+	return envDuration(t, SoakVar, 2*time.Minute, 10*time.Second)
 }
 
 // soakFile is one file of a soak mount: its path and the bytes it must

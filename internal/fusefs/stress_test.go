@@ -38,17 +38,23 @@ const (
 // stressDuration is ZTFS_STRESS, or a bounded default: 15 s, 3 s with
 // -short (the race detector's run).
 func stressDuration(t *testing.T) time.Duration {
-	if v := os.Getenv(StressVar); v != "" {
+	return envDuration(t, StressVar, 15*time.Second, 3*time.Second)
+}
+
+// envDuration is the Go duration in the environment variable name, or
+// def (short with -short).
+func envDuration(t *testing.T, name string, def, short time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			t.Fatalf("%s=%q: %v", StressVar, v, err)
+			t.Fatalf("%s=%q: %v", name, v, err)
 		}
 		return d
 	}
 	if testing.Short() {
-		return 3 * time.Second
+		return short
 	}
-	return 15 * time.Second
+	return def
 }
 
 // stressTensors is a file of every kind of tensor the pipeline serves

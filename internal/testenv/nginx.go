@@ -101,32 +101,46 @@ http {
 		var stderr bytes.Buffer
 		cmd := exec.Command(nginx, "-p", prefix, "-c", confPath, "-e", filepath.Join(prefix, "error.log"))
 		cmd.Stdout, cmd.Stderr = &stderr, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting nginx: %v", err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if waitListening(addr, exited) {
-			pid := cmd.Process.Pid
-			t.Cleanup(func() {
-				syscall.Kill(pid, syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(10 * time.Second):
-					syscall.Kill(pid, syscall.SIGKILL)
-					<-exited
-				}
-			})
+		if startListening(t, cmd, addr, "nginx") {
 			return fmt.Sprintf("%s://%s", scheme, addr), caPEM
 		}
-		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
 		log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
 		lastLog = stderr.String() + string(log)
 	}
 	t.Fatalf("nginx did not start:\n%s", lastLog)
 	return "", nil
+}
+
+// startListening starts cmd, a server that is to listen on addr, and
+// waits until it does. It then arranges for the server to be stopped by
+// its pid when the test ends (SIGTERM, SIGKILL after 10 s) and returns
+// true; if the server exits or does not listen in 10 s, it is killed and
+// reaped, and startListening returns false (a port taken meanwhile: the
+// caller tries another).
+func startListening(t testing.TB, cmd *exec.Cmd, addr, name string) bool {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if !waitListening(addr, exited) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		<-exited
+		return false
+	}
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			syscall.Kill(pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	return true
 }
 
 // waitListening waits until addr accepts connections (true), or the

@@ -10,9 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -104,27 +102,10 @@ func StartS3(t testing.TB, dir string) *S3Server {
 			"posix", "--sidecar", filepath.Join(root, "meta"), filepath.Join(root, "gw"))
 		cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID=", "ROOT_SECRET_ACCESS_KEY=", "ROOT_ACCESS_KEY=", "ROOT_SECRET_KEY=")
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting versitygw: %v", err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		if waitListening(addr, exited) {
-			pid := cmd.Process.Pid
-			t.Cleanup(func() {
-				syscall.Kill(pid, syscall.SIGTERM)
-				select {
-				case <-exited:
-				case <-time.After(10 * time.Second):
-					syscall.Kill(pid, syscall.SIGKILL)
-					<-exited
-				}
-			})
+		if startListening(t, cmd, addr, "versitygw") {
 			srv.Endpoint = "http://" + addr
 			break
 		}
-		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-		<-exited
 		lastLog = out.String()
 	}
 	if srv.Endpoint == "" {
