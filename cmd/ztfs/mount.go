@@ -134,7 +134,7 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 
 // serve opens source, mounts it and serves until the mount goes away.
 // notify shows a line on the user's terminal.
-func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), notify func(string)) error {
+func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), notify func(string)) (err error) {
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
 	verify, _ := f.check.mode()
@@ -164,6 +164,22 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		return err
 	}
 	logf = dedupLogf(logger) // before the mount serves: no reader sees the change
+	defer func() {
+		if err != nil {
+			logf("%v", err)
+			logf("exiting: the mount failed")
+			return
+		}
+		logf("exiting")
+	}()
+	if f.logFile == "" && logPath != "" {
+		keep := mountedLogs()
+		keep[logPath] = true
+		if removed := pruneLogs(filepath.Dir(logPath), keep, time.Now()); len(removed) > 0 {
+			logf("removed %s of mounts no longer mounted from %s (older than %d days, or beyond the %d most recent)",
+				count(len(removed), "log file"), filepath.Dir(logPath), int(maxLogAge.Hours()/24), maxLogFiles)
+		}
+	}
 	cgroupLimit := containerMemoryLimit()
 	if limit := boundMemory(int64(f.cache.size), cgroupLimit); cgroupLimit > 0 {
 		logf("memory: cgroup limit %s, cache %s, Go memory limit %s", units.BytesSize(float64(cgroupLimit)),
@@ -206,7 +222,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if logPath != "" && f.readyFd >= 0 {
 		notify("logging to " + logPath)
 	}
-	logf("serving %s at %s", session.Name(source), mountpoint)
+	logf("ztfs %s: mounted %s at %s", version, session.Name(source), mountpoint)
 	stop := publishState(s, abs, mountpoint, logPath, logf)
 	defer stop()
 	if s.Unguarded != nil {
@@ -232,6 +248,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		}
 	}()
 	server.Wait()
+	logf("unmounted %s", mountpoint)
 	signal.Stop(signals)
 	close(signals)
 	return nil

@@ -41,23 +41,37 @@ func stateDir() string {
 	return logDir()
 }
 
-// mountFileName names a mount's log and state files after its absolute
-// mountpoint: /mnt/my-model is mnt-my\x2dmodel, as systemd-escape does.
-func mountFileName(mountpoint string) string {
+// logFileName names a mount's log file after its absolute mountpoint, in
+// a form a shell takes as it is: "/" becomes "-"; letters, digits and
+// "-._+,@" stay; any other byte, and a leading ".", is %XX, as in a URL.
+// /tmp/my-mnt is tmp-my-mnt, /srv/a b is srv-a%20b. Two mountpoints that
+// differ only in "-" against "/" (/a-b, /a/b) share a log file, whose
+// lines carry their server's pid and whose mount lines name the mountpoint.
+func logFileName(mountpoint string) string { return escapeMountpoint(mountpoint, false) }
+
+// stateFileName names a mount's state file after its absolute mountpoint
+// as logFileName does, with "-" escaped too (%2D), so that no two mounts
+// share one: the state file says which server is serving which mount.
+func stateFileName(mountpoint string) string { return escapeMountpoint(mountpoint, true) }
+
+func escapeMountpoint(mountpoint string, escapeDash bool) string {
 	p := strings.Trim(resolvePath(mountpoint), "/")
 	if p == "" {
 		return "-"
 	}
+	const hex = "0123456789ABCDEF"
 	var b strings.Builder
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {
 		case c == '/':
 			b.WriteByte('-')
-		case c == '.' && i == 0, c == '-', c == '\\', c < ' ', c > '~':
-			b.WriteString(`\x`)
-			b.WriteString(strings.ToLower(string("0123456789ABCDEF"[c>>4]) + string("0123456789ABCDEF"[c&15])))
-		default:
+		case c == '-' && !escapeDash, c == '.' && i > 0, c == '_', c == '+', c == ',', c == '@',
+			'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 			b.WriteByte(c)
+		default:
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
 		}
 	}
 	return b.String()
@@ -65,12 +79,12 @@ func mountFileName(mountpoint string) string {
 
 // defaultLogPath is a background server's log file.
 func defaultLogPath(mountpoint string) string {
-	return filepath.Join(logDir(), mountFileName(mountpoint)+".log")
+	return filepath.Join(logDir(), logFileName(mountpoint)+".log")
 }
 
 // statePath is where the server of the mount at mountpoint keeps its state.
 func statePath(mountpoint string) string {
-	return filepath.Join(stateDir(), mountFileName(mountpoint)+".json")
+	return filepath.Join(stateDir(), stateFileName(mountpoint)+".json")
 }
 
 // mountState is what a server publishes about its mount.

@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ztfs/ztfs/internal/testenv"
 )
@@ -33,17 +36,34 @@ func TestDefaultLogAndStatus(t *testing.T) {
 	testenv.RequireFUSE(t)
 	source := filepath.Join(t.TempDir(), "model.zt")
 	copyFile(t, fixture("ztensor/v1_1/valid/zstd.zt"), source)
-	mnt := t.TempDir()
+	mnt := filepath.Join(t.TempDir(), "my-mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A log of a mount long gone is removed when a server starts.
+	stale := filepath.Join(logDir(), "tmp-stale.log")
+	os.MkdirAll(logDir(), 0o755)
+	if err := os.WriteFile(stale, []byte("ztfs[1]: 2026/01/01 00:00:00 exiting\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	longAgo := time.Now().Add(-maxLogAge - time.Hour)
+	os.Chtimes(stale, longAgo, longAgo)
 	r := run(t, "mount", source, mnt)
 	if r.code != 0 {
 		t.Fatalf("mount: %+v", r)
 	}
 	defer run(t, "unmount", "-z", mnt)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("a log file older than %v is still there: %v", maxLogAge, err)
+	}
 	logPath := defaultLogPath(mnt)
 	if r.stderr != "ztfs: logging to "+logPath+"\n" {
 		t.Errorf("mount stderr %q, want the log file %s", r.stderr, logPath)
 	}
-	if log := mustRead(t, logPath); !strings.Contains(log, "serving "+source) {
+	if strings.Contains(logPath, `\`) || filepath.Base(logPath) != strings.ReplaceAll(strings.Trim(resolvePath(mnt), "/"), "/", "-")+".log" {
+		t.Errorf("log file %s is not named after the mountpoint %s as a shell takes it", logPath, mnt)
+	}
+	if log := mustRead(t, logPath); !strings.Contains(log, "mounted "+source+" at "+mnt) {
 		t.Errorf("log %q", log)
 	}
 
@@ -77,6 +97,12 @@ func TestDefaultLogAndStatus(t *testing.T) {
 	})
 	if st := statusOf(t, mnt); st != nil {
 		t.Errorf("status after unmount: %+v", st)
+	}
+	waitFor(t, "the server to log its exit", func() bool {
+		return strings.Contains(mustRead(t, logPath), "exiting")
+	})
+	if log := mustRead(t, logPath); !strings.Contains(log, "unmounted "+mnt+"\n") {
+		t.Errorf("the log does not say the mount was unmounted: %q", log)
 	}
 }
 
@@ -122,10 +148,72 @@ func TestMountNotes(t *testing.T) {
 	}
 }
 
-func TestMountFileName(t *testing.T) {
-	for in, want := range map[string]string{"/mnt/my-model": `mnt-my\x2dmodel`, "/srv/a b/m": "srv-a b-m", "/": "-"} {
-		if got := mountFileName(in); got != want {
-			t.Errorf("mountFileName(%q) = %q, want %q", in, got, want)
+// Log files are named so that a shell takes the path mount prints as it
+// is; state files so that no two mountpoints share one.
+func TestMountFileNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"/mnt/my-model": "mnt-my-model", "/srv/a b/m": "srv-a%20b-m", "/": "-", "/x/.hidden/a.b": "x-.hidden-a.b",
+		"/.m": "%2Em", "/m/$HOME'\"*?[]\\%~": "m-%24HOME%27%22%2A%3F%5B%5D%5C%25%7E", "/mnt/modèle": "mnt-mod%C3%A8le",
+	} {
+		if got := logFileName(in); got != want {
+			t.Errorf("logFileName(%q) = %q, want %q", in, got, want)
 		}
+	}
+	if a, b := stateFileName("/a-b"), stateFileName("/a/b"); a == b || a != "a%2Db" {
+		t.Errorf("state files of /a-b and /a/b: %q, %q", a, b)
+	}
+	// What mount prints, pasted into a shell, names the file.
+	dir := t.TempDir()
+	path := filepath.Join(dir, logFileName("/tmp/my mnt/it's-$HOME/*")+".log")
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("sh", "-c", "cat "+path).CombinedOutput(); err != nil || string(out) != "x" {
+		t.Errorf("sh -c 'cat %s': %v %q", path, err, out)
+	}
+}
+
+// The log directory keeps the maxLogFiles most recent ztfs logs written in
+// the last maxLogAge, every log of a mounted mount, and every file that is
+// not a ztfs log.
+func TestPruneLogs(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	write := func(name, content string, age time.Duration) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	line := "ztfs[42]: 2026/01/01 00:00:00 ztfs 0.1.0: mounted m.zt at /tmp/x\n"
+	var recent []string
+	for i := 0; i < maxLogFiles+20; i++ {
+		recent = append(recent, write(fmt.Sprintf("tmp-%03d.log", i), line, time.Duration(i)*time.Minute))
+	}
+	old := write("old.log", line, maxLogAge+time.Hour)
+	mounted := write("mounted.log", line, maxLogAge+2*time.Hour)
+	other := write("syslog.log", "Jan  1 other program\n", maxLogAge+time.Hour)
+	notLog := write("tmp-x.txt", line, maxLogAge+time.Hour)
+	removed := pruneLogs(dir, map[string]bool{mounted: true}, now)
+	if len(removed) != 22 { // 21 beyond the bound, and old.log
+		t.Errorf("removed %d files, want 22", len(removed))
+	}
+	left := map[string]bool{}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		left[filepath.Join(dir, e.Name())] = true
+	}
+	for i, p := range recent {
+		// The mounted log counts towards the bound.
+		if want := i < maxLogFiles-1; left[p] != want {
+			t.Errorf("%s (%d minutes old): kept %v, want %v", p, i, left[p], want)
+		}
+	}
+	if left[old] || !left[mounted] || !left[other] || !left[notLog] {
+		t.Errorf("old.log kept %v, mounted.log %v, syslog.log %v, tmp-x.txt %v; want false, true, true, true", left[old], left[mounted], left[other], left[notLog])
 	}
 }
