@@ -60,6 +60,9 @@ func (c *countFlag) Type() string { return "int" }
 // mountOptions are the -o options ztfs knows.
 type mountOptions struct {
 	allowOther bool
+	// rw was asked for (mount(8) adds it unless ro is given): the mount
+	// is read-only all the same, and says so.
+	rw bool
 }
 
 // genericOptions are the options of mount(8), fstab and systemd that a ztfs
@@ -90,9 +93,9 @@ func parseOptions(values []string) (mountOptions, error) {
 				o.allowOther = true
 			case genericOptions[opt], strings.HasPrefix(opt, "x-"), strings.HasPrefix(opt, "comment="):
 			case opt == "rw":
-				return o, fmt.Errorf("mount option \"rw\": ztfs mounts are read-only: use ro")
+				o.rw = true
 			default:
-				if f, ok := optionFlags[key]; ok {
+				if f, ok := optionFlags()[key]; ok {
 					if f.valued {
 						return o, fmt.Errorf("mount option %q needs a value: %s=VALUE (as %s VALUE)", opt, key, f.flag)
 					}
@@ -109,8 +112,9 @@ func parseOptions(values []string) (mountOptions, error) {
 
 // knownKeys lists the -o keys that stand for flags, sorted.
 func knownKeys() string {
-	keys := make([]string, 0, len(optionFlags))
-	for k, f := range optionFlags {
+	flags := optionFlags()
+	keys := make([]string, 0, len(flags))
+	for k, f := range flags {
 		if f.valued {
 			k += "="
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -87,8 +88,9 @@ func TestSharedFlags(t *testing.T) {
 	}
 }
 
-// Every -o key of the mount helper stands for a flag of ztfs mount, and
-// takes a value exactly when the flag does.
+// Every flag of ztfs mount is an -o key (the key list is derived from the
+// flag set), takes a value exactly when the flag does, and is named in
+// docs/cli.md's list of keys.
 func TestOptionFlagsExist(t *testing.T) {
 	var mount *cobra.Command
 	for _, c := range newRootCommand().Commands() {
@@ -96,17 +98,37 @@ func TestOptionFlagsExist(t *testing.T) {
 			mount = c
 		}
 	}
-	for key, o := range optionFlags {
-		f := mount.Flags().Lookup(strings.TrimPrefix(o.flag, "--"))
-		if f == nil {
-			t.Errorf("-o %s: mount has no %s", key, o.flag)
-			continue
+	keys := optionFlags()
+	docs, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fstab := string(docs[strings.Index(string(docs), "## fstab and mount units"):])
+	n := 0
+	mount.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden || f.Name == "options" {
+			return
 		}
-		if boolean := f.Value.Type() == "bool"; boolean == o.valued {
-			t.Errorf("-o %s: valued is %v for %s of type %s", key, o.valued, o.flag, f.Value.Type())
+		n++
+		key := strings.ReplaceAll(f.Name, "-", "_")
+		o, ok := keys[key]
+		if !ok {
+			t.Errorf("--%s has no -o key %s", f.Name, key)
+			return
 		}
-		if !strings.Contains(mount.Flags().Lookup("options").Usage, key) {
-			t.Errorf("mount --options help does not name %s", key)
+		if boolean := f.Value.Type() == "bool"; o.flag != "--"+f.Name || boolean == o.valued {
+			t.Errorf("-o %s: %+v for --%s of type %s", key, o, f.Name, f.Value.Type())
 		}
+		if !boolean(f) {
+			key += "="
+		}
+		if !strings.Contains(fstab, "`"+key) {
+			t.Errorf("docs/cli.md's fstab section does not list the key %s", key)
+		}
+	})
+	if n != len(keys) || keys["cache_dir"].flag != "--cache-dir" || keys["cache_dir_size"].flag != "--cache-dir-size" {
+		t.Errorf("%d keys for %d flags: %v", len(keys), n, keys)
 	}
 }
+
+func boolean(f *pflag.Flag) bool { return f.Value.Type() == "bool" }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/ztfs/ztfs/internal/source"
 )
 
@@ -23,23 +25,27 @@ import (
 // line is parsed, and in every mount command line the -o keys that name a
 // flag of ztfs mount (cache_size=1GiB, verify, ...) become that flag.
 
-// optionFlags maps the -o keys that stand for a flag of ztfs mount to the
-// flag; valued says whether the key takes a value (key=VALUE).
-var optionFlags = map[string]struct {
+// optionKey is the flag of ztfs mount an -o key stands for; valued says
+// whether the key takes a value (key=VALUE).
+type optionKey struct {
 	flag   string
 	valued bool
-}{
-	"cache_size":             {"--cache-size", true},
-	"npy_dtype":              {"--npy-dtype", true},
-	"read_ahead":             {"--read-ahead", true},
-	"log_file":               {"--log-file", true},
-	"safetensors_shard_size": {"--safetensors-shard-size", true},
-	"verify":                 {"--verify", false},
-	"no_verify":              {"--no-verify", false},
-	"follow_symlinks":        {"--follow-symlinks", false},
-	"retry_for":              {"--retry-for", true},
-	"remote_requests":        {"--remote-requests", true},
-	"no_passthrough":         {"--no-passthrough", false},
+}
+
+// optionFlags maps the -o keys to the flags of ztfs mount. It is derived
+// from the command's flag set, so that every flag is a key: the flag's name
+// with "_" for "-" (--cache-dir-size SIZE is cache_dir_size=SIZE), valued
+// unless the flag is a switch (--verify is verify). Hidden flags, which
+// only ztfs itself passes, and -o itself are not keys.
+func optionFlags() map[string]optionKey {
+	keys := map[string]optionKey{}
+	newMountCommand().Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden || f.Name == "options" || f.Name == "help" {
+			return
+		}
+		keys[strings.ReplaceAll(f.Name, "-", "_")] = optionKey{flag: "--" + f.Name, valued: f.Value.Type() != "bool"}
+	})
+	return keys
 }
 
 // helperArgs returns the command line ztfs parses for argv: the mount
@@ -145,9 +151,10 @@ func translateOptions(args []string) []string {
 			continue
 		}
 		var keep []string
+		keys := optionFlags()
 		for _, opt := range strings.Split(value, ",") {
 			key, val, valued := strings.Cut(strings.TrimSpace(opt), "=")
-			if f, ok := optionFlags[key]; ok && f.valued == valued && (!valued || val != "") {
+			if f, ok := keys[key]; ok && f.valued == valued && (!valued || val != "") {
 				if valued {
 					out = append(out, f.flag+"="+val)
 				} else {

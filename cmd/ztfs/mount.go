@@ -71,7 +71,7 @@ Ctrl-C or SIGTERM then unmounts.`,
 	fl.BoolVarP(&f.foreground, "foreground", "f", false, "stay in the foreground; log to stderr")
 	f.cache.register(fl)
 	fl.Var(&f.readAhead, "read-ahead", "kernel read-ahead of sequential readers, e.g. 4MiB; 0 keeps the kernel's 128KiB (setting it needs root)")
-	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other, ro and the generic mount(8) options; ztfs's own flags as keys (cache_size=SIZE, npy_dtype=T, read_ahead=SIZE, log_file=PATH, safetensors_shard_size=SIZE, verify, no_verify, follow_symlinks, retry_for=DURATION, remote_requests=N, no_passthrough); rw is refused")
+	fl.StringArrayVarP(&f.options, "options", "o", nil, "mount options, comma-separated: allow_other, ro and the generic mount(8) options, and every flag of ztfs mount as a key, - written _ (--cache-dir DIR is cache_dir=DIR, --verify is verify); rw mounts read-only too, with a note")
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
 	f.check.register(fl)
 	f.npyDType.register(fl)
@@ -152,6 +152,10 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	}
 	for _, h := range session.Hints(source) {
 		notify("hint: " + h)
+	}
+	if opts.rw {
+		// As mount(8) says of a write-protected device.
+		notify(session.Name(source) + " is read-only, mounted read-only")
 	}
 	if err := checkMountpoint(mountpoint); err != nil {
 		return err

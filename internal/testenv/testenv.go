@@ -71,3 +71,10 @@ func PythonWith(t testing.TB, modules ...string) string {
 	missing(t, fmt.Sprintf("python3 with %s (Debian packages %s)", strings.Join(modules, ", "), strings.Join(packages, " ")))
 	return ""
 }
+
+// Missing stops a test that cannot run here for want of what (a tool, a
+// privilege): it is skipped, or fails when ZTFS_REQUIRE_ALL=1.
+func Missing(t testing.TB, what string) {
+	t.Helper()
+	missing(t, what)
+}
