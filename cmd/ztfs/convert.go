@@ -29,7 +29,7 @@ type convertFlags struct {
 func newConvertCommand() *cobra.Command {
 	f := convertFlags{encoding: "raw", frameSize: ztensor.DefaultV2FrameSize, cache: cacheFlags{size: defaultCacheSize}}
 	cmd := &cobra.Command{
-		Use:   "convert [--encoding raw|zstd] [--frame-size SIZE] [--force] SOURCE DEST",
+		Use:   "convert [--encoding raw|zstd] [--force] [flags] SOURCE DEST",
 		Short: "Rewrite SOURCE, of any format ztfs mounts, as a zTensor v2 file",
 		Long: `Rewrite SOURCE (zTensor, safetensors, Tensogram, MCF: anything ztfs mounts)
 as a zTensor v2 file DEST whose mount shows the same tensor.npy bytes.

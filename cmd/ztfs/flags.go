@@ -160,8 +160,8 @@ type verifyFlags struct {
 }
 
 func (f *verifyFlags) register(fl *pflag.FlagSet) {
-	fl.BoolVar(&f.all, "verify", false, "check every component's digest before serving its first byte; a mismatch fails its reads (EIO in a mount)")
-	fl.BoolVar(&f.none, "no-verify", false, "check no digest, not even Tensogram frame hashes (checked by default)")
+	fl.BoolVar(&f.all, "verify", false, "check every digest the file records before serving a component's first byte; a mismatch fails its reads (EIO in a mount). Without it only Tensogram frame hashes and zTensor v2 shard digests are checked")
+	fl.BoolVar(&f.none, "no-verify", false, "check no digest at all, not even the Tensogram frame hashes and zTensor v2 shard digests checked by default")
 }
 
 // mode is the pipeline's verification mode the flags choose.

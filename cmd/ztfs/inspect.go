@@ -24,7 +24,7 @@ func newInspectCommand() *cobra.Command {
 	var source sourceFlags
 	var shards shardFlags
 	cmd := &cobra.Command{
-		Use:   "inspect [--json] [--verify] [--npy-dtype T] SOURCE",
+		Use:   "inspect [--json] [--verify] [flags] SOURCE",
 		Short: "Print what a mount of SOURCE would show, without FUSE",
 		Long: `Print a table of the tensors in SOURCE: name, shape, dtype, layout, stored and
 decoded size, encoding. With --json print exactly the manifest.json a mount of

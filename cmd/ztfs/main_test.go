@@ -87,6 +87,13 @@ func TestVersionAndHelp(t *testing.T) {
 	if strings.Contains(mount, "ready-fd") {
 		t.Error("mount --help shows the internal --ready-fd")
 	}
+	// Examples, and what is checked when neither --verify nor --no-verify
+	// is given.
+	for _, want := range []string{"Examples:", "ztfs mount --cache-dir", "mount -t fuse.ztfs", "Without it only Tensogram frame hashes and zTensor v2 shard digests are checked", "not even the Tensogram frame hashes and zTensor v2 shard digests checked by default"} {
+		if !strings.Contains(mount, want) {
+			t.Errorf("mount --help lacks %q", want)
+		}
+	}
 	verify := run(t, "verify", "--help").stdout
 	for _, want := range []string{"--json", "--npy-dtype", "--cache-size", "Exit status 0", "progress bar"} {
 		if !strings.Contains(verify, want) {
@@ -95,8 +102,28 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 }
 
+// Every command's usage line ends in its arguments: [flags] comes before
+// them, as in its Use line, never after.
+func TestUsageLines(t *testing.T) {
+	for _, c := range newRootCommand().Commands() {
+		if c.Name() == "completion" || c.Name() == "help" {
+			continue
+		}
+		line := c.UseLine()
+		if strings.HasSuffix(line, "[flags]") {
+			t.Errorf("%s: usage line %q ends in [flags]", c.Name(), line)
+		}
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if argName.MatchString(f) && i < len(fields)-1 && !argName.MatchString(fields[i+1]) {
+				t.Errorf("%s: usage line %q has %q after its argument %s", c.Name(), line, fields[i+1], f)
+			}
+		}
+	}
+}
+
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "rw", "a", t.TempDir()},
+	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "bogus", "a", t.TempDir()},
 		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"}} {
 		r := run(t, args...)
 		lines := strings.Count(r.stderr, "\n")
@@ -112,8 +139,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"mount", "a"}, "ztfs: mount: missing MOUNTPOINT\nusage: ztfs mount [flags] SOURCE MOUNTPOINT\n"},
 		{[]string{"mount"}, "ztfs: mount: missing SOURCE\nusage: ztfs mount [flags] SOURCE MOUNTPOINT\n"},
 		{[]string{"cat", "a"}, "ztfs: cat: missing PATH\nusage: ztfs cat [flags] SOURCE PATH\n"},
-		{[]string{"unmount"}, "ztfs: unmount: missing MOUNTPOINT\nusage: ztfs unmount [-z] MOUNTPOINT... [flags]\n"},
-		{[]string{"status", "x"}, "ztfs: status: unexpected argument \"x\"\nusage: ztfs status [--json] [flags]\n"},
+		{[]string{"unmount"}, "ztfs: unmount: missing MOUNTPOINT\nusage: ztfs unmount [-z] MOUNTPOINT...\n"},
+		{[]string{"status", "x"}, "ztfs: status: unexpected argument \"x\"\nusage: ztfs status [--json]\n"},
+		{[]string{"inspect"}, "ztfs: inspect: missing SOURCE\nusage: ztfs inspect [--json] [--verify] [flags] SOURCE\n"},
 	} {
 		if r := run(t, tc.args...); r.code != exitUsage || r.stderr != tc.want {
 			t.Errorf("%v: code %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)

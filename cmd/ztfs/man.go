@@ -12,7 +12,7 @@ import (
 // definitions so that they never drift from --help.
 func newManCommand(root *cobra.Command) *cobra.Command {
 	return &cobra.Command{
-		Use:    "man DIR",
+		Use:    "man [flags] DIR",
 		Short:  "Write the man pages (ztfs.1, ztfs-mount.1, ...) to DIR",
 		Args:   cobra.ExactArgs(1),
 		Hidden: true,

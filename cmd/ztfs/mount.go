@@ -60,7 +60,23 @@ SOURCE is checked first: an unreadable, unknown or corrupt file is a one-line
 error and nothing is mounted. By default the command returns once the mount
 serves, leaving a background server that runs until the mount is unmounted
 (ztfs unmount, umount or fusermount3 -u). With -f it stays in the foreground;
-Ctrl-C or SIGTERM then unmounts.`,
+Ctrl-C or SIGTERM then unmounts.
+
+Digests: by default only those a format asks to have checked are (Tensogram
+frame hashes, zTensor v2 shard digests); --verify checks every one before a
+component's first byte is served, --no-verify none.
+
+The server logs to a file named after MOUNTPOINT, which mount prints and
+ztfs status shows. Every flag is also an -o key (cache_dir=DIR, verify), for
+mount -t fuse.ztfs and /etc/fstab.`,
+		Example: `  ztfs mount model.safetensors /mnt/m              # serve in the background
+  ztfs unmount /mnt/m
+  ztfs mount ~/models/Llama-3-8B /mnt/llama        # a checkpoint folder, or its index
+  ztfs mount -o allow_other,cache_size=2GiB m.zt /mnt/m
+  ztfs mount --cache-dir /var/cache/ztfs https://example.org/m.gguf /mnt/m
+  ztfs mount s3://bucket/models/llama/ /mnt/llama  # the objects under a prefix
+  ztfs mount -f --debug m.zt /mnt/m                # foreground, every request logged
+  mount -t fuse.ztfs /models/m.zt /mnt/m -o cache_size=1GiB  # as fstab does`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.cache.fitContainer(cmd.Flags())

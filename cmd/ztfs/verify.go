@@ -21,7 +21,7 @@ func newVerifyCommand() *cobra.Command {
 	var source sourceFlags
 	cache := cacheFlags{size: verify.DefaultCacheSize}
 	cmd := &cobra.Command{
-		Use:   "verify [--json] [--npy-dtype T] [--cache-size SIZE] FILE",
+		Use:   "verify [--json] [flags] FILE",
 		Short: "Check that FILE is intact and fully readable",
 		Long: `Check every digest FILE records, and read the files of the tree a mount of
 FILE would show to their end (manifest.json, extra files, every component
