@@ -69,7 +69,7 @@ func TestFolderCommands(t *testing.T) {
 			t.Errorf("verify %s: %+v", source, r)
 		}
 	}
-	if r := run(t, "inspect", dir); r.code != 0 || !strings.HasPrefix(r.stdout, dir+": model folder of 5 weight files, safetensors -, 22 tensors") {
+	if r := run(t, "inspect", dir); r.code != 0 || !strings.HasPrefix(r.stdout, dir+": model folder of 5 weight files, safetensors, 22 tensors") {
 		t.Errorf("inspect: %+v", r)
 	}
 	out := filepath.Join(t.TempDir(), "model.zt")

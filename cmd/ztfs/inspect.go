@@ -13,6 +13,7 @@ import (
 	units "github.com/docker/go-units"
 	"github.com/spf13/cobra"
 
+	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/verify"
@@ -26,9 +27,11 @@ func newInspectCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect [--json] [--verify] [flags] SOURCE",
 		Short: "Print what a mount of SOURCE would show, without FUSE",
-		Long: `Print a table of the tensors in SOURCE: name, shape, dtype, layout, stored and
-decoded size, encoding. With --json print exactly the manifest.json a mount of
-SOURCE shows. With --verify also check every digest the file records (over the
+		Long: `Print a table of the tensors in SOURCE: name, shape, dtype, layout, stored
+size (the bytes the tensor takes in SOURCE, each range counted once), decoded
+size (the values its tensor.npy holds: widened, densified or dequantized as
+the mount serves them; without a tensor.npy, its decoded components), encoding.
+With --json print exactly the manifest.json a mount of SOURCE shows. With --verify also check every digest the file records (over the
 stored bytes) and exit with status 1 if one does not match.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,17 +83,17 @@ func runInspect(source string, asJSON, verify bool, opts session.Options, stdout
 
 func printTable(w io.Writer, source string, s *session.Session) {
 	c := s.Container
-	version := c.FormatVersion
-	if version == "" {
-		version = "-"
-	}
 	fmt.Fprintf(w, "%s: ", session.Name(source))
 	if s.Folder != "" {
 		fmt.Fprintf(w, "model folder of %s, ", count(s.WeightFiles, "weight file"))
 	}
-	fmt.Fprintf(w, "%s %s, %s", c.Format, version, count(len(c.Tensors), "tensor"))
+	format := c.Format
+	if c.FormatVersion != "" { // safetensors has no version
+		format += " " + c.FormatVersion
+	}
+	fmt.Fprintf(w, "%s, %s", format, count(len(c.Tensors), "tensor"))
 	if len(c.Files) > 0 {
-		fmt.Fprintf(w, ", %d files", len(c.Files))
+		fmt.Fprintf(w, ", %s", count(len(c.Files), "file"))
 	}
 	fmt.Fprintln(w)
 	if len(c.Attributes) > 0 {
@@ -106,12 +109,9 @@ func printTable(w io.Writer, source string, s *session.Session) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSHAPE\tDTYPE\tLAYOUT\tSTORED\tDECODED\tENCODING\tNOTE")
 	for _, t := range c.Tensors {
-		var stored uint64
-		var decoded int64 // sizes are final once the session is open
+		stored, decoded := tensorSizes(s.Pipeline, t)
 		encodings := []string{}
 		for _, comp := range t.Components {
-			stored += comp.Length
-			decoded += comp.Size
 			if !slices.Contains(encodings, string(comp.Encoding)) {
 				encodings = append(encodings, string(comp.Encoding))
 			}
@@ -124,6 +124,38 @@ func printTable(w io.Writer, source string, s *session.Session) {
 			humanSize(int64(stored)), humanSize(decoded), strings.Join(encodings, "+"), note)
 	}
 	tw.Flush()
+}
+
+// tensorSizes returns the bytes t takes in its files, each stored range
+// counted once (a Tensogram object's data and payload components are the
+// same bytes), and the bytes of its values as its tensor.npy holds them
+// (dequantized values are float32 however small their codes), or, when it
+// has no tensor.npy, of its decoded components.
+func tensorSizes(p *pipeline.Pipeline, t *formats.Tensor) (stored uint64, decoded int64) {
+	type blob struct {
+		source         int
+		offset, length uint64
+	}
+	seen := map[blob]bool{}
+	for _, comp := range t.Components {
+		b := blob{comp.Source, comp.Offset, comp.Length}
+		if !seen[b] {
+			seen[b] = true
+			stored += comp.Length
+		}
+	}
+	if info, err := p.NPYOf(t); err == nil {
+		return stored, int64(info.Size) - int64(len(info.Header))
+	}
+	seen = map[blob]bool{}
+	for _, comp := range t.Components {
+		b := blob{comp.Source, comp.Offset, comp.Length}
+		if !seen[b] { // sizes are final once the session is open
+			seen[b] = true
+			decoded += comp.Size
+		}
+	}
+	return stored, decoded
 }
 
 // verifyDigests checks every recorded digest and reports each result.

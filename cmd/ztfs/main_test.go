@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -217,6 +218,23 @@ func TestInspectTable(t *testing.T) {
 	r = run(t, "inspect", fixture("ztensor/v1_1/reject/unknown_encoding.zt"))
 	if !strings.Contains(r.stdout, "no tensor.npy") || !strings.Contains(r.stdout, "lz4") {
 		t.Errorf("unsupported tensor not flagged:\n%s", r.stdout)
+	}
+	// Counts agree with their nouns, a format without versions shows none,
+	// quantized codes decode to float32 values (8x40 of them), and a
+	// Tensogram object's data and payload, the same bytes, count once.
+	for path, want := range map[string][]string{
+		"safetensors/official/valid_deserialization.safetensors": {"valid_deserialization.safetensors: safetensors, 1 tensor, 1 file\n"},
+		"mcf/tiny_q4.mcf": {": mcf 1.1, 7 tensors, 7 files\n", "\nlm_head.weight [8,40] f32 mcf_q4 608B 1.25KiB raw\n"},
+		"tensogram/golden_v0.24.0/multi_object.tgm": {": tensogram 3, 3 tensors, 1 file\n", "\n0/object_0 [2] f32 dense 8B 8B raw\n", "\n0/object_1 [3] i64 dense 24B 24B raw\n"},
+	} {
+		r := run(t, "inspect", fixture(path))
+		table := regexp.MustCompile(` +`).ReplaceAllString(r.stdout, " ")
+		table = strings.ReplaceAll(table, " \n", "\n")
+		for _, w := range want {
+			if r.code != 0 || !strings.Contains(table, w) {
+				t.Errorf("inspect %s lacks %q:\n%s", path, w, r.stdout)
+			}
+		}
 	}
 }
 
