@@ -17,10 +17,10 @@ import (
 func newStatusCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status [--json]",
+		Use: "status [--json]",
 		// --json is its one flag: the Use line names it.
 		DisableFlagsInUseLine: true,
-		Short: "List the ztfs mounts and their state",
+		Short:                 "List the ztfs mounts and their state",
 		Long: `List the ztfs mounts of this system: source, mountpoint, server pid, log
 file, cache use and state. The state is "serving", "source changed — remount"
 once a source file changed (every read then fails with EIO), or "server

@@ -15,10 +15,10 @@ import (
 func newUnmountCommand() *cobra.Command {
 	var lazy bool
 	cmd := &cobra.Command{
-		Use:   "unmount [-z] MOUNTPOINT...",
+		Use: "unmount [-z] MOUNTPOINT...",
 		// -z is its one flag: the Use line names it.
 		DisableFlagsInUseLine: true,
-		Short: "Unmount ztfs mounts",
+		Short:                 "Unmount ztfs mounts",
 		Long: `Unmount the ztfs mount at each MOUNTPOINT; its server then exits. A mount
 whose server has died is cleaned up as well. With -z a busy mount is detached
 at once and goes away when its last user does. Each mountpoint that cannot

@@ -148,6 +148,9 @@ func printVerifyReport(w io.Writer, source string, r *verify.Report) {
 			label, text = problemLabel(verify.DigestMismatch), fmt.Sprintf("shard %q (%s): %s", sh.Name, sh.Path, sh.Digest.Error)
 		case verify.Error:
 			label, text = problemLabel(verify.DigestError), fmt.Sprintf("shard %q (%s): %s", sh.Name, sh.Path, sh.Digest.Error)
+			if strings.HasPrefix(sh.Digest.Error, fmt.Sprintf("shard %q ", sh.Name)) {
+				text = sh.Digest.Error // a shard that could not be opened: its error names it
+			}
 		case verify.Unverifiable:
 			label = string(verify.NotVerifiable)
 		}

@@ -43,7 +43,7 @@ func checkLayout(entries []entry, dataSize uint64) error {
 	}
 	switch {
 	case prevEnd > dataSize:
-		return formats.InTensor(prevName, formats.Truncated("data ends at %d but the data buffer holds only %d bytes (file truncated?)", prevEnd, dataSize))
+		return formats.InTensor(prevName, formats.Truncated("data ends at %d but the data buffer holds only %d bytes", prevEnd, dataSize))
 	case prevEnd < dataSize && len(entries) == 0:
 		return fmt.Errorf("%d bytes after the header, which declares no tensor data", dataSize)
 	case prevEnd < dataSize:

@@ -149,7 +149,7 @@ func readV2Frame(r io.ReaderAt, size uint64) (v2Footer, error) {
 		return f, err
 	}
 	if !bytes.Equal(foot[32:], magicV2) {
-		return f, reject(RuleFooterMagic, "the last 8 bytes %x are not the magic (the file may be cut off)", foot[32:])
+		return f, reject(RuleFooterMagic, "the last 8 bytes %x are not the magic", foot[32:])
 	}
 	le := binary.LittleEndian
 	f = v2Footer{offset: le.Uint64(foot), length: le.Uint64(foot[8:]), hash: le.Uint64(foot[16:]), version: le.Uint32(foot[24:])}
