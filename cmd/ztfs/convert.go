@@ -31,8 +31,9 @@ func newConvertCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "convert [--encoding raw|zstd] [--force] [flags] SOURCE DEST",
 		Short: "Rewrite SOURCE, of any format ztfs mounts, as a zTensor v2 file",
-		Long: `Rewrite SOURCE (zTensor, safetensors, Tensogram, MCF: anything ztfs mounts)
-as a zTensor v2 file DEST whose mount shows the same tensor.npy bytes.
+		Long: `Rewrite SOURCE (zTensor, safetensors, Tensogram, MCF, GGUF, a model folder:
+anything ztfs mounts) as a zTensor v2 file DEST whose mount shows the same
+tensor.npy bytes.
 
 Each tensor keeps its layout where v2 has one for it: dense types (bf16,
 float8, float4 and complex included), sparse CSR and COO, group-quantized
@@ -40,16 +41,21 @@ codes, OCP MX blocks, ggml blocks. A tensor v2 cannot express exactly (a
 block-quantized MCF tensor, a sparse tensor that repeats entries) is written
 as its tensor.npy values; the summary lists them, and what was left out.
 
-With --encoding raw (the default) the file is in v2's canonical form: 64 KiB
-placement, identical parts sharing one blob, an xxh3 digest on every part,
-so that the same tensors always give the same bytes. With --encoding zstd
+Blobs are placed at 64 KiB boundaries, v2's canonical placement (every
+tensor on pages of its own on any page size, for memory maps), when that
+padding costs at most 1% of the data, as for a model's weights; otherwise at
+4 KiB, so that a file of small tensors is not mostly padding. With --encoding
+raw (the default) parts are stored as they are, identical parts share one
+blob and every part has an xxh3 digest: the same tensors always give the
+same bytes (with 64 KiB placement, v2's canonical form). With --encoding zstd
 every part is zt.zstd-seekable/1: independent frames of --frame-size
 decoded bytes (default 1MiB, at most 16MiB) at level 3, each with a
 checksum, and a seek table.
 
 DEST is written to a temporary file next to it and renamed into place only
 when complete: an interrupted or failed convert leaves nothing under DEST.
-A progress bar shows on a terminal.`,
+A progress bar shows on a terminal; the summary gives the size of the file
+written.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.cache.fitContainer(cmd.Flags())
@@ -95,12 +101,14 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 		bar = newProgressBar(stderr, "converting")
 		opts.Progress = bar
 	}
+	conv := convert.Plan(s, opts)
+	placement := conv.Placement()
 	report, err := writeAtomically(dest, func(out *os.File) (*convert.Report, error) {
-		w, err := ztensor.NewV2Writer(out, ztensor.V2Options{})
+		w, err := ztensor.NewV2Writer(out, ztensor.V2Options{Align: placement})
 		if err != nil {
 			return nil, err
 		}
-		return convert.Write(s, w, opts)
+		return conv.Write(w)
 	})
 	if bar != nil {
 		bar.close()
@@ -108,7 +116,11 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 	if err != nil {
 		return withCode(exitError, fmt.Errorf("%s: %w", session.Name(source), err))
 	}
-	printConvertReport(stdout, session.Name(source), dest, report)
+	var written int64
+	if st, err := os.Stat(dest); err == nil {
+		written = st.Size()
+	}
+	printConvertReport(stdout, session.Name(source), dest, written, placement, report)
 	if n := len(report.Skipped); n > 0 {
 		// The file holds the others, but a script must not take it for
 		// the whole model.
@@ -117,9 +129,18 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 	return nil
 }
 
-// checkDest refuses a destination that exists (unless force) or is the
-// source itself.
+// checkDest refuses a destination whose folder does not exist, one that
+// exists (unless force), or the source itself.
 func checkDest(source, dest string, force bool) error {
+	dir := filepath.Dir(dest)
+	switch st, err := os.Stat(dir); {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s: no such folder to write %s in", dir, filepath.Base(dest))
+	case err != nil:
+		return fmt.Errorf("%s: %w", dir, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a folder, so %s cannot be written in it", dir, filepath.Base(dest))
+	}
 	st, err := os.Stat(dest)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -195,8 +216,12 @@ func writeAtomically(dest string, write func(*os.File) (*convert.Report, error))
 	return report, nil
 }
 
-func printConvertReport(w io.Writer, source, dest string, r *convert.Report) {
-	fmt.Fprintf(w, "%s -> %s: %s, %s\n", session.Name(source), dest, count(r.Tensors, "tensor"), humanSize(r.Bytes))
+// printConvertReport prints what convert wrote: the tensors, the size of
+// the file and of the tensor data in it, the placement, then the tensors
+// written as values, skipped, and what was left out.
+func printConvertReport(w io.Writer, source, dest string, written int64, placement uint64, r *convert.Report) {
+	fmt.Fprintf(w, "%s -> %s: %s, %s written (%s of tensor data, %s placement)\n", session.Name(source), dest,
+		count(r.Tensors, "tensor"), humanSize(written), humanSize(r.Bytes), humanSize(int64(placement)))
 	for _, line := range r.AsValues {
 		fmt.Fprintf(w, "as values  %s\n", line)
 	}

@@ -22,8 +22,14 @@ func TestConvertCommand(t *testing.T) {
 	src := fixture("ztensor/v1_1/valid/sparse.zt")
 	dest := filepath.Join(t.TempDir(), "out.zt")
 	r := run(t, "convert", src, dest)
-	if r.code != 0 || !strings.Contains(r.stdout, "-> "+dest+": 2 tensors") || r.stderr != "" {
+	if r.code != 0 || !strings.Contains(r.stdout, "-> "+dest+": 2 tensors, ") || r.stderr != "" {
 		t.Fatalf("convert: %+v", r)
+	}
+	// The summary gives the file's size; a file of two small tensors is
+	// placed at 4 KiB, not the canonical 64 KiB.
+	if st, err := os.Stat(dest); err != nil || st.Size() >= 64<<10 ||
+		!strings.Contains(r.stdout, ": 2 tensors, "+humanSize(st.Size())+" written (") || !strings.Contains(r.stdout, "4KiB placement)") {
+		t.Errorf("convert of a small file: %v, summary %q", st.Size(), r.stdout)
 	}
 	for _, name := range []string{"csr", "coo"} {
 		p := "tensors/" + name + "/tensor.npy"
@@ -50,6 +56,15 @@ func TestConvertCommand(t *testing.T) {
 	copyFile(t, dest, self)
 	if r := run(t, "convert", "--force", self, self); r.code != exitError || !strings.Contains(r.stderr, "is the source itself") {
 		t.Errorf("convert onto its source: %+v", r)
+	}
+	// A DEST in a folder that does not exist is named as such, not as the
+	// temporary file convert would have made there.
+	missing := filepath.Join(t.TempDir(), "no-such-folder")
+	if r := run(t, "convert", src, filepath.Join(missing, "out.zt")); r.code != exitError || r.stderr != "ztfs: "+missing+": no such folder to write out.zt in\n" {
+		t.Errorf("convert into a missing folder: %+v", r)
+	}
+	if help := run(t, "convert", "--help").stdout; !strings.Contains(help, "GGUF") || !strings.Contains(help, "model folder") {
+		t.Errorf("convert --help does not name GGUF and model folders as inputs:\n%s", help)
 	}
 	for _, args := range [][]string{{"convert", "--encoding", "lz4", src, dest}, {"convert", "--frame-size", "32MiB", src, dest}, {"convert", src}} {
 		if r := run(t, args...); r.code != exitUsage {

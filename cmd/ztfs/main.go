@@ -82,7 +82,7 @@ func newRootCommand() *cobra.Command {
 manifest.json, one directory per tensor with its meta.json, one file per
 stored component and a tensor.npy holding the logical tensor, readable with
 cat, dd, jq and numpy.load. inspect, cat and verify show the same without
-FUSE; convert rewrites any of these files as a canonical zTensor v2 file.
+FUSE; convert rewrites any of these files as a zTensor v2 file.
 
 Formats:
   zTensor      v0.1, v1.0, v1.1, v1.2 and v2 (.zt), sharded v2 models

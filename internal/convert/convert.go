@@ -58,11 +58,32 @@ type Report struct {
 	Bytes int64
 }
 
-// Write writes every tensor of s, in name order, and its attributes to w,
-// then closes w. Tensors are read through s's pipeline, so their bytes
-// are decoded (and checked) as a mount would serve them; a read error
-// fails the conversion, naming the tensor.
-func Write(s *session.Session, w *ztensor.V2Writer, opts Options) (*Report, error) {
+// Blob placements a conversion chooses between (Conversion.Placement).
+const (
+	// CanonicalPlacement is v2's canonical alignment, 64 KiB: no two blobs
+	// share a page on any page size in use (4 KiB on x86-64, 16 KiB on
+	// Apple silicon, 64 KiB on some ARM64 systems), so every tensor can be
+	// memory-mapped, spliced and evicted on its own everywhere, and the
+	// same tensors always give the same bytes as any canonical writer's.
+	CanonicalPlacement = 64 << 10
+	// SmallPlacement is the format's floor, 4 KiB: still a page on x86-64
+	// and on 4 KiB-page ARM64.
+	SmallPlacement = 4 << 10
+)
+
+// Conversion is how every tensor of a session is to be written, decided
+// before anything is.
+type Conversion struct {
+	s     *session.Session
+	opts  Options
+	plans []*plan
+	r     *Report
+}
+
+// Plan decides how every tensor of s is written: in the v2 layout that
+// expresses it exactly, as its values, or not at all (the report says
+// why).
+func Plan(s *session.Session, opts Options) *Conversion {
 	if opts.Progress == nil {
 		opts.Progress = noProgress{}
 	}
@@ -86,24 +107,62 @@ func Write(s *session.Session, w *ztensor.V2Writer, opts Options) (*Report, erro
 		}
 		p.attrs = keepAttributes(p.attrs, "tensor "+t.Name, r)
 		plans = append(plans, p)
-		for _, part := range p.parts {
-			opts.Progress.Expect(part.size)
-		}
 	}
 	// Canonical placement orders blobs by object name, bytewise.
 	sort.Slice(plans, func(i, j int) bool { return plans[i].name < plans[j].name })
-	for _, p := range plans {
-		n, err := p.write(w, opts)
+	return &Conversion{s: s, opts: opts, plans: plans, r: r}
+}
+
+// Placement is the blob alignment to write the file with: the canonical
+// 64 KiB when padding to it costs at most 1% of the decoded bytes written
+// (each blob wastes less than 64 KiB, the first starts at 64 KiB: so when
+// the parts average about 6.4 MiB or more, as a model's weights do),
+// otherwise 4 KiB, so that a file of small tensors is not mostly padding.
+// It depends only on the tensors, so the same tensors still give the same
+// bytes.
+func (c *Conversion) Placement() uint64 {
+	var parts, bytes int64
+	for _, p := range c.plans {
+		for _, part := range p.parts {
+			parts++
+			bytes += part.size
+		}
+	}
+	if (parts+1)*CanonicalPlacement <= bytes/100 {
+		return CanonicalPlacement
+	}
+	return SmallPlacement
+}
+
+// Write writes every planned tensor, in name order, and the attributes
+// to w, then closes w. Tensors are read through the session's pipeline,
+// so their bytes are decoded (and checked) as a mount would serve them; a
+// read error fails the conversion, naming the tensor.
+func (c *Conversion) Write(w *ztensor.V2Writer) (*Report, error) {
+	r := c.r
+	for _, p := range c.plans {
+		for _, part := range p.parts {
+			c.opts.Progress.Expect(part.size)
+		}
+	}
+	for _, p := range c.plans {
+		n, err := p.write(w, c.opts)
 		r.Bytes += n
 		if err != nil {
 			return r, fmt.Errorf("tensor %q: %w", p.name, err)
 		}
 		r.Tensors++
 	}
-	if err := w.Close(keepAttributes(c.Attributes, "the file", r)); err != nil {
+	if err := w.Close(keepAttributes(c.s.Container.Attributes, "the file", r)); err != nil {
 		return r, err
 	}
 	return r, nil
+}
+
+// Write plans the conversion of s and writes it to w (Plan, then
+// Conversion.Write), whatever placement w was made with.
+func Write(s *session.Session, w *ztensor.V2Writer, opts Options) (*Report, error) {
+	return Plan(s, opts).Write(w)
 }
 
 // plan is how one tensor is written.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/safetensors"
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/pipeline"
@@ -27,11 +29,12 @@ func convertFile(t *testing.T, path, dir string, opts Options) (string, *Report)
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w, err := ztensor.NewV2Writer(f, ztensor.V2Options{})
+	conv := Plan(s, opts)
+	w, err := ztensor.NewV2Writer(f, ztensor.V2Options{Align: conv.Placement()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Write(s, w, opts)
+	r, err := conv.Write(w)
 	if err != nil {
 		t.Fatalf("convert: %v", err)
 	}
@@ -131,4 +134,68 @@ func TestConvertIsCanonical(t *testing.T) {
 			t.Errorf("%s: two conversions or a reconversion differ (%d, %d, %d bytes)", rel, len(ab), len(bb), len(cb))
 		}
 	}
+}
+
+// A file of small tensors is placed at 4 KiB, so that it is not mostly
+// padding; one whose data outweighs the canonical 64 KiB padding a
+// hundredfold keeps the canonical placement, which the written blobs then
+// follow.
+func TestPlacementBySize(t *testing.T) {
+	small := filepath.Join(fixtures.Dir(), "ztensor/v1_1/valid/sparse.zt")
+	out, _ := convertFile(t, small, t.TempDir(), Options{})
+	if got := blobOffsets(t, out); len(got) == 0 || got[0] != SmallPlacement {
+		t.Errorf("small file: blob offsets %v, want the first at %d", got, SmallPlacement)
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() >= CanonicalPlacement {
+		t.Errorf("a file of %d tensor bytes converts to %d bytes", 2, st.Size())
+	}
+
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.safetensors")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16 << 20 // (1 part + 1) * 64 KiB is under 1% of it
+	err = safetensors.Write(f, nil, []safetensors.TensorSpec{{Name: "w", DType: formats.U8, Shape: []uint64{n}, Size: n, Data: bytes.NewReader(make([]byte, n))}})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ = convertFile(t, big, t.TempDir(), Options{})
+	if got := blobOffsets(t, out); len(got) == 0 || got[0] != CanonicalPlacement {
+		t.Errorf("16 MiB tensor: blob offsets %v, want the first at %d", got, CanonicalPlacement)
+	}
+}
+
+// blobOffsets returns the offsets of the parts of the v2 file at path, as
+// its reader finds them.
+func blobOffsets(t *testing.T, path string) []uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ztensor.Open(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, x := range c.Tensors {
+		for _, comp := range x.Components {
+			out = append(out, comp.Offset)
+		}
+	}
+	return out
 }
