@@ -30,6 +30,7 @@ import (
 type optionKey struct {
 	flag   string
 	valued bool
+	value  string // what the value is, for help: SIZE, DIR, DURATION
 }
 
 // optionFlags maps the -o keys to the flags of ztfs mount. It is derived
@@ -43,7 +44,8 @@ func optionFlags() map[string]optionKey {
 		if f.Hidden || f.Name == "options" || f.Name == "help" {
 			return
 		}
-		keys[strings.ReplaceAll(f.Name, "-", "_")] = optionKey{flag: "--" + f.Name, valued: f.Value.Type() != "bool"}
+		value, _ := pflag.UnquoteUsage(f)
+		keys[strings.ReplaceAll(f.Name, "-", "_")] = optionKey{flag: "--" + f.Name, valued: f.Value.Type() != "bool", value: strings.ToUpper(value)}
 	})
 	return keys
 }

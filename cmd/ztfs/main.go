@@ -89,7 +89,7 @@ Formats:
   safetensors  .safetensors, sharded checkpoints with their index
   Tensogram    .tgm
   MCF          .mcf
-  GGUF         .gguf, split models (<prefix>-00001-of-0000N.gguf)
+  GGUF         .gguf, split models (PREFIX-00001-of-0000N.gguf)
   model folder a folder (or its model.safetensors.index.json) holding any of these`,
 		Example: `  ztfs mount model.safetensors /mnt/model    # serve in the background
   ztfs status                                # list the mounts and their state

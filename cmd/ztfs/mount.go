@@ -91,7 +91,7 @@ mount -t fuse.ztfs and /etc/fstab.`,
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request (implies -f)")
 	f.check.register(fl)
 	f.npyDType.register(fl)
-	fl.StringVar(&f.logFile, "log-file", "", "append the server's log here (default: stderr with -f, else a file named after the mountpoint in /var/log/ztfs for root or $XDG_STATE_HOME/ztfs, which mount prints)")
+	fl.StringVar(&f.logFile, "log-file", "", "append the server's log to `PATH` (default: stderr with -f, else a file named after the mountpoint in /var/log/ztfs for root or $XDG_STATE_HOME/ztfs, which mount prints)")
 	f.source.register(fl)
 	f.shards.register(fl)
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve whole source files (a checkpoint's safetensors shards) through the server rather than with FUSE passthrough")
