@@ -70,11 +70,12 @@ for pkg in $(go list ./...); do
 done
 
 section install
-# scripts/install.sh into a scratch prefix: the binary, man pages and
-# completion must all be written.
+# scripts/install.sh into a scratch prefix, as a user runs it: the binary,
+# man pages, completion, documentation and the helper link under the prefix
+# must all be written (cmd/ztfs's TestInstallScript checks DESTDIR and SBIN).
 inst=$(mktemp -d)
-PREFIX=$inst SBIN=$inst/sbin scripts/install.sh >/dev/null
-for f in bin/ztfs share/man/man1/ztfs.1 share/man/man1/ztfs-mount.1 share/bash-completion/completions/ztfs; do
+PREFIX=$inst scripts/install.sh >/dev/null
+for f in bin/ztfs share/man/man1/ztfs.1 share/man/man1/ztfs-mount.1 share/bash-completion/completions/ztfs share/doc/ztfs/docs/cli.md sbin/mount.fuse.ztfs; do
   [ -s "$inst/$f" ] || { echo "FAIL: scripts/install.sh did not write $f" >&2; exit 1; }
 done
 rm -rf "$inst"
