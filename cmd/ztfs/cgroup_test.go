@@ -52,7 +52,7 @@ func newMemCgroup(t *testing.T, limit int64) *memCgroup {
 	} else {
 		reasons = append(reasons, "cgroup v1: "+err.Error())
 	}
-	t.Skipf("no memory cgroup this process can create (%s)", strings.Join(reasons, "; "))
+	testenv.Missing(t, fmt.Sprintf("a memory cgroup this process can create (%s)", strings.Join(reasons, "; ")))
 	return nil
 }
 

@@ -44,7 +44,7 @@ func asNobody(t *testing.T, bin, home string, args ...string) result {
 func TestNonRootMount(t *testing.T) {
 	testenv.RequireFUSE(t)
 	if os.Geteuid() != 0 {
-		t.Skip("creating the unprivileged user's setting needs root")
+		testenv.Missing(t, "root (to make the unprivileged user's setting)")
 	}
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Fatalf("setpriv (util-linux) is needed: %v", err)
