@@ -112,7 +112,7 @@ cmp "$work/checkpoint/model-00001-of-00005.safetensors" "$mnt/model-00001-of-000
 step ztfs unmount mnt
 bin/ztfs unmount "$mnt"
 
-# Any of these files as a canonical zTensor v2 file, with the same tensors.
+# Any of these files as a zTensor v2 file, with the same tensors.
 step ztfs convert sample.zt sample-v2.zt
 bin/ztfs convert "$work/sample.zt" "$work/sample-v2.zt"
 step ztfs inspect sample-v2.zt
