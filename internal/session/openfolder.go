@@ -52,6 +52,11 @@ func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts
 	if err != nil {
 		return err
 	}
+	if given == nil {
+		if err := checkSplits(l.parts, l.isWeight); err != nil {
+			return err
+		}
+	}
 	c, err := merge(l.parts)
 	if err != nil {
 		return err

@@ -57,3 +57,27 @@ func attributeUint(v any) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// checkSplits refuses a folder holding some splits of a GGUF model but not
+// all of them: the model would mount without the tensors of the missing
+// ones, as a checkpoint without one of its shards would. A split whose
+// name is not <prefix>-0000k-of-0000n.gguf names no siblings and is taken
+// as it is.
+func checkSplits(parts []part, isWeight map[string]bool) error {
+	for _, p := range parts {
+		if p.C.Format != "gguf" {
+			continue
+		}
+		count, ok := attributeUint(p.C.Attributes["split.count"])
+		m := splitName.FindStringSubmatch(p.Name)
+		if !ok || count <= 1 || m == nil || m[3] != fmt.Sprintf("%05d", count) {
+			continue
+		}
+		for i := uint64(1); i <= count; i++ {
+			if name := fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i, count); !isWeight[name] {
+				return fmt.Errorf("%s is a split of a %d-file GGUF model, but the folder lacks its split %s (a split missing from the download?)", p.Name, count, name)
+			}
+		}
+	}
+	return nil
+}

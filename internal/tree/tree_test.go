@@ -217,6 +217,29 @@ func TestBuildRejectsCollisions(t *testing.T) {
 	}
 }
 
+// Several files in one directory at the root (the per-split metadata of
+// a GGUF model of many splits) share that directory, in any order next to
+// the root's other files.
+func TestRootDirectoryOfSeveralFiles(t *testing.T) {
+	c := &formats.Container{Format: "test", Tensors: []*formats.Tensor{dense("w")}, Files: []*formats.File{
+		{Name: "b.json", Dir: []string{"meta"}, Content: []byte("{}")},
+		{Name: "top.json", Content: []byte("{}")},
+		{Name: "a.json", Dir: []string{"meta"}, Content: []byte("{}")},
+		{Name: "c.json", Dir: []string{"meta"}, Content: []byte("{}")},
+	}}
+	tr, err := buildTest(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range tr.Root.Child("meta").Children() {
+		names = append(names, n.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"a.json", "b.json", "c.json"}) {
+		t.Errorf("meta/ holds %v", names)
+	}
+}
+
 func withPath(t *formats.Tensor, path ...string) *formats.Tensor {
 	t.Path = path
 	return t
