@@ -34,6 +34,12 @@ type Options struct {
 	// Source says where the weights came from (a path or a URL), for
 	// __metadata__.
 	Source string
+	// Unreadable gives, by source file number (formats.Component.Source),
+	// why a file cannot be read, as __metadata__ is to say it: the tensors
+	// stored in it are left out. A file the pipeline cannot read
+	// (pipeline.SourceError) is left out too, with the pipeline's reason,
+	// when Unreadable does not name it.
+	Unreadable map[int]string
 }
 
 // File is one file of the view.
@@ -107,7 +113,7 @@ func Build(c *formats.Container, p *pipeline.Pipeline, opts Options) ([]File, []
 	if opts.ShardSize < 0 {
 		return nil, nil, fmt.Errorf("safetensors view: shard size %d is negative", opts.ShardSize)
 	}
-	entries, omitted := collect(c, p)
+	entries, omitted := collect(c, p, opts.Unreadable)
 	slices.SortFunc(entries, func(a, b *entry) int {
 		if ra, rb := dtypeRank[a.dtype], dtypeRank[b.dtype]; ra != rb {
 			return rb - ra // descending alignment, as the official writer
@@ -136,7 +142,7 @@ func Build(c *formats.Container, p *pipeline.Pipeline, opts Options) ([]File, []
 
 // collect returns the tensors of c that go in the view, in c's order, and
 // those left out.
-func collect(c *formats.Container, p *pipeline.Pipeline) ([]*entry, []Omitted) {
+func collect(c *formats.Container, p *pipeline.Pipeline, unreadable map[int]string) ([]*entry, []Omitted) {
 	var entries []*entry
 	var omitted []Omitted
 	taken := make(map[string]bool, len(c.Tensors))
@@ -145,7 +151,7 @@ func collect(c *formats.Container, p *pipeline.Pipeline) ([]*entry, []Omitted) {
 		if c.Format == "tensogram" {
 			name = strings.Join(t.DirPath(), "/")
 		}
-		e, why := classify(t, p)
+		e, why := classify(t, p, unreadable)
 		switch {
 		case why != "":
 		case !utf8.ValidString(name):
@@ -167,9 +173,20 @@ func collect(c *formats.Container, p *pipeline.Pipeline) ([]*entry, []Omitted) {
 }
 
 // classify says how t's values go in the view, or why they do not.
-func classify(t *formats.Tensor, p *pipeline.Pipeline) (*entry, string) {
+func classify(t *formats.Tensor, p *pipeline.Pipeline, unreadable map[int]string) (*entry, string) {
 	if err := pipeline.NPYMissing(t); err != nil {
 		return nil, "it has no tensor.npy: " + err.Error()
+	}
+	// A tensor of a shard that could not be used reads as EIO: in the view
+	// it would fail a memory-mapped reader (SIGBUS) at every page it
+	// shares with the tensors that can be read.
+	for _, c := range t.Components {
+		if why, ok := unreadable[c.Source]; ok {
+			return nil, "its bytes cannot be read: " + why
+		}
+		if err := p.SourceError(c.Source); err != nil {
+			return nil, "its bytes cannot be read: " + err.Error()
+		}
 	}
 	if l, ok := t.Logical.(formats.Dense); ok {
 		if st, native := nativeDTypes[l.DType]; native {

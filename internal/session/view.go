@@ -28,7 +28,20 @@ func (s *Session) view(c *formats.Container, infos []tree.SourceInfo, origin *tr
 	if abs, err := filepath.Abs(from); err == nil && !source.IsRemote(from) {
 		from = abs
 	}
-	files, omitted, err := safetensorsview.Build(c, s.Pipeline, safetensorsview.Options{ShardSize: opts.ShardSize, Source: from})
+	unreadable := map[int]string{}
+	for k, in := range infos {
+		if in.Error == "" {
+			continue
+		}
+		// A local path is the file's name alone: the view may be copied
+		// out of the mount.
+		why := in.Error
+		if !source.IsRemote(in.Path) {
+			why = strings.ReplaceAll(why, in.Path, filepath.Base(in.Path))
+		}
+		unreadable[k] = why
+	}
+	files, omitted, err := safetensorsview.Build(c, s.Pipeline, safetensorsview.Options{ShardSize: opts.ShardSize, Source: from, Unreadable: unreadable})
 	if err != nil {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("no model.safetensors at the root: %v", err))
 		return nil
