@@ -171,6 +171,15 @@ func TestBuildLayout(t *testing.T) {
 	if p := tensors["a/b"].(map[string]any)["components"].(map[string]any)["meta.json"].(map[string]any)["path"]; p != "tensors/a%2Fb/%6Deta.json" {
 		t.Errorf("component path %v", p)
 	}
+	// data_offset is where tensor.npy's values start: its header's length.
+	npyEntry := tensors["w"].(map[string]any)["npy"].(map[string]any)
+	npyNode, _ := tr.Lookup("tensors/w/tensor.npy")
+	npyBytes := make([]byte, 4096)
+	nn, _ := npyNode.Reader.ReadAt(npyBytes, 0)
+	hlen := 10 + int(npyBytes[8]) + int(npyBytes[9])<<8
+	if npyEntry["data_offset"] != float64(hlen) || npyEntry["size"] != float64(nn) || nn != hlen+8 {
+		t.Errorf("npy entry %v; the file is %d bytes with a header of %d", npyEntry, nn, hlen)
+	}
 	if m["format_version"] != "9" || m["files"].(map[string]any)["config.json"] == nil {
 		t.Errorf("manifest head: %v", m)
 	}
