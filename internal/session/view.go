@@ -21,12 +21,19 @@ func (s *Session) view(c *formats.Container, infos []tree.SourceInfo, origin *tr
 		s.ViewPath = "source"
 		return nil
 	}
+	// Where the weights came from, for __metadata__: a URL as the manifest
+	// names it (without credentials or query), a local file or folder by
+	// its base name alone, since the view may be copied out of the mount
+	// and the local path is nobody else's business.
 	from := infos[0].Path
 	if origin != nil {
 		from = origin.Path
 	}
-	if abs, err := filepath.Abs(from); err == nil && !source.IsRemote(from) {
-		from = abs
+	if !source.IsRemote(from) {
+		if abs, err := filepath.Abs(from); err == nil {
+			from = abs
+		}
+		from = filepath.Base(from)
 	}
 	unreadable := map[int]string{}
 	for k, in := range infos {
