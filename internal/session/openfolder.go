@@ -79,10 +79,16 @@ func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts
 			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size()), Weights: true})
 		}
 	}
+	// A file given (an index, a split) is what source.path names: its own
+	// size. A folder has none: the weight files' total stands for it.
 	info := &tree.SourceInfo{Path: Name(origin)}
-	for _, in := range l.infos {
-		if !in.Plain {
-			info.Size += in.Size
+	if given != nil {
+		info.Size = given.Size
+	} else {
+		for _, in := range l.infos {
+			if !in.Plain {
+				info.Size += in.Size
+			}
 		}
 	}
 	s.Origin = info

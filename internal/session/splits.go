@@ -12,10 +12,11 @@ import (
 // a split model: <prefix>-00001-of-00003.gguf.
 var splitName = regexp.MustCompile(`^(.*)-([0-9]{5})-of-([0-9]{5})\.gguf$`)
 
-// splitSet returns, for one split of a GGUF model (split.count > 1), the
-// model's files to open as a folder restricted to them; nil for any other
-// container. A split count its name contradicts is an error.
-func splitSet(c *formats.Container, path string) (*weightIndex, error) {
+// splitSet returns, for one split of a GGUF model (split.count > 1) of
+// size bytes, the model's files to open as a folder restricted to them;
+// nil for any other container. A split count its name contradicts is an
+// error.
+func splitSet(c *formats.Container, path string, size int64) (*weightIndex, error) {
 	if c.Format != "gguf" {
 		return nil, nil
 	}
@@ -38,7 +39,7 @@ func splitSet(c *formats.Container, path string) (*weightIndex, error) {
 	if no, ok := attributeUint(c.Attributes["split.no"]); ok && no+1 != k {
 		return nil, fmt.Errorf("split.no is %d (split %d, counted from 1) but the name says split %d", no, no+1, k)
 	}
-	x := &weightIndex{Name: base}
+	x := &weightIndex{Name: base, Size: size}
 	for i := uint64(1); i <= count; i++ {
 		x.Only = append(x.Only, fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i, count))
 	}
