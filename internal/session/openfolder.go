@@ -319,6 +319,9 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 		for _, e := range fd.Entries {
 			names = append(names, e.Name)
 		}
+		if h := cacheRepoHint(fd.Dir); h != "" && !fd.Remote {
+			return nil, fmt.Errorf("no tensor file in the folder: %s", h)
+		}
 		if len(names) == 0 {
 			return nil, fmt.Errorf("no tensor file in the folder: it holds no regular file")
 		}
