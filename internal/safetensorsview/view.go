@@ -87,8 +87,11 @@ type entry struct {
 	dtype string // safetensors dtype
 	size  int64  // data bytes
 	// dense: the data are the dense elements as stored
-	// (pipeline.DenseData); else tensor.npy's data (pipeline.NPYData).
-	dense bool
+	// (pipeline.DenseData); else tensor.npy's data (pipeline.NPYData),
+	// narrowed to narrow when that is set (a sparse tensor's values type,
+	// narrowTypes).
+	dense  bool
+	narrow formats.DType
 
 	once sync.Once
 	r    pipeline.Reader
@@ -98,9 +101,15 @@ type entry struct {
 // reader returns the entry's data, built on first use.
 func (e *entry) reader(p *pipeline.Pipeline) (pipeline.Reader, error) {
 	e.once.Do(func() {
-		if e.dense {
+		switch {
+		case e.dense:
 			e.r, e.err = p.DenseData(e.t)
-		} else {
+		case e.narrow != "":
+			var r pipeline.Reader
+			if r, e.err = p.NPYData(e.t); e.err == nil {
+				e.r, e.err = newNarrowed(r, e.narrow)
+			}
+		default:
 			e.r, e.err = p.NPYData(e.t)
 		}
 	})
@@ -204,6 +213,16 @@ func classify(t *formats.Tensor, p *pipeline.Pipeline, unreadable map[int]string
 	if err != nil {
 		return nil, err.Error()
 	}
+	if vt := sparseValues(t); narrowTypes[vt] != "" && info.Descr == "<f4" {
+		// Densified in float32 (NumPy has no bf16 or float8); the view
+		// keeps the values' own type.
+		elems := (info.Size - uint64(len(info.Header))) / 4
+		width := uint64(1)
+		if vt == formats.BF16 {
+			width = 2
+		}
+		return sized(&entry{t: t, dtype: narrowTypes[vt], narrow: vt}, elems*width)
+	}
 	st, ok := npyDTypes[info.Descr]
 	if !ok {
 		if info.Descr == "<c16" {
@@ -212,6 +231,18 @@ func classify(t *formats.Tensor, p *pipeline.Pipeline, unreadable map[int]string
 		return nil, fmt.Sprintf("its tensor.npy dtype %s has no safetensors dtype", info.Descr)
 	}
 	return sized(&entry{t: t, dtype: st}, info.Size-uint64(len(info.Header)))
+}
+
+// sparseValues returns the values type of a sparse tensor, "" for any
+// other.
+func sparseValues(t *formats.Tensor) formats.DType {
+	switch l := t.Logical.(type) {
+	case formats.SparseCSR:
+		return l.Values.DType
+	case formats.SparseCOO:
+		return l.Values.DType
+	}
+	return ""
 }
 
 func sized(e *entry, size uint64) (*entry, string) {
