@@ -13,6 +13,40 @@ import (
 	"github.com/ztfs/ztfs/internal/testenv"
 )
 
+// generateInterop runs the independent v2 writer (gen.py) into a
+// temporary folder and returns the Python that ran it, the folder, and
+// the .npy file of each tensor's expected values, by file and tensor.
+func generateInterop(t *testing.T) (py, dir string, npys map[string]map[string]string) {
+	t.Helper()
+	py = testenv.PythonWith(t, "numpy", "cbor2", "xxhash", "zstandard")
+	dir = t.TempDir()
+	if out, err := exec.Command(py, filepath.Join(interopDir, "gen.py"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("gen.py: %v\n%s", err, out)
+	}
+	var expected struct {
+		Files map[string]struct {
+			Tensors map[string]struct{ NPY string }
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &expected); err != nil {
+		t.Fatal(err)
+	}
+	npys = map[string]map[string]string{}
+	for file, f := range expected.Files {
+		npys[file] = map[string]string{}
+		for name, et := range f.Tensors {
+			if et.NPY != "" {
+				npys[file][name] = et.NPY
+			}
+		}
+	}
+	return py, dir, npys
+}
+
 // mmapViewScript memory-maps a mount's model.safetensors with NumPy, as a
 // loader maps it, and compares every tensor it holds with the values an
 // independent writer expects (a .npy file each); bf16 is widened as the
@@ -49,26 +83,10 @@ print(json.dumps({"tensors": sorted(header), "omitted": sorted(omitted), "reason
 // memory-maps the view and reads every other tensor bit for bit (a page
 // shared with an unreadable tensor would kill it with SIGBUS).
 func TestViewLeavesOutUnreadableShards(t *testing.T) {
-	py := testenv.PythonWith(t, "numpy", "cbor2", "xxhash", "zstandard")
-	gen := t.TempDir()
-	if out, err := exec.Command(py, filepath.Join(interopDir, "gen.py"), gen).CombinedOutput(); err != nil {
-		t.Fatalf("gen.py: %v\n%s", err, out)
-	}
-	var expected struct {
-		Files map[string]struct {
-			Tensors map[string]struct{ NPY string }
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(gen, "expected.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &expected); err != nil {
-		t.Fatal(err)
-	}
+	py, gen, expected := generateInterop(t)
 	npys := map[string]string{}
-	for name, et := range expected.Files["sharded.zt"].Tensors {
-		npys[name] = filepath.Join(gen, et.NPY)
+	for name, npy := range expected["sharded.zt"] {
+		npys[name] = filepath.Join(gen, npy)
 	}
 	if len(npys) != 5 {
 		t.Fatalf("sharded.zt: %d tensors expected, want 5", len(npys))

@@ -1,15 +1,12 @@
 package fusefs
 
 import (
-	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ztfs/ztfs/internal/session"
-	"github.com/ztfs/ztfs/internal/testenv"
 )
 
 // sparseViewScript reads tensor "m" of a mount's model.safetensors with
@@ -59,26 +56,10 @@ print(h["dtype"])
 // writer's CSR tensors of bf16 (with -0 and NaN) and of f8_e4m3fn values
 // are, byte for byte, their values in that type, densified.
 func TestViewKeepsSparseValueTypes(t *testing.T) {
-	py := testenv.PythonWith(t, "numpy", "cbor2", "xxhash", "zstandard")
-	gen := t.TempDir()
-	if out, err := exec.Command(py, filepath.Join(interopDir, "gen.py"), gen).CombinedOutput(); err != nil {
-		t.Fatalf("gen.py: %v\n%s", err, out)
-	}
-	var expected struct {
-		Files map[string]struct {
-			Tensors map[string]struct{ NPY string }
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(gen, "expected.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &expected); err != nil {
-		t.Fatal(err)
-	}
+	py, gen, expected := generateInterop(t)
 	for file, dtype := range map[string]string{"csr-bf16-u64.zt": "BF16", "csr-f8-values.zt": "F8_E4M3"} {
 		t.Run(file, func(t *testing.T) {
-			npy := expected.Files[file].Tensors["m"].NPY
+			npy := expected[file]["m"]
 			if npy == "" {
 				t.Fatalf("%s: no expected values for m", file)
 			}
