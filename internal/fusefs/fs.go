@@ -190,9 +190,18 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return syscall.EROFS
 }
 
+// Directories are 0755 and files 0644, as in a squashfs image: a copy of
+// the tree (cp -r) is then an ordinary tree its owner can change and
+// delete. The mount itself is read-only (MS_RDONLY): every write fails
+// with EROFS whatever the modes say.
+const (
+	dirMode  = 0o755
+	fileMode = 0o644
+)
+
 func (d *dirNode) fill(a *fuse.Attr) {
 	d.setTimes(a)
-	a.Mode = fuse.S_IFDIR | 0o555
+	a.Mode = fuse.S_IFDIR | dirMode
 	a.Nlink = 2
 }
 
@@ -205,7 +214,7 @@ func (n *node) fillFile(a *fuse.Attr, where func() string) syscall.Errno {
 		return syscall.EIO
 	}
 	n.setTimes(a)
-	a.Mode = fuse.S_IFREG | 0o444
+	a.Mode = fuse.S_IFREG | fileMode
 	a.Nlink = 1
 	a.Size = uint64(size)
 	a.Blksize = 4096
@@ -237,7 +246,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 
 func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	children := d.tn.Children()
-	entries := make([]fuse.DirEntry, 0, len(children))
+	entries := make([]fuse.DirEntry, 0, len(children)+2)
+	// "." and "..", which ls -a and readdir(3) callers expect first: the
+	// kernel does not add them for a FUSE directory. The root's parent is
+	// outside the mount: its ".." names the root itself.
+	parent := d.tn.ID
+	if _, p := d.Parent(); p != nil {
+		parent = p.StableAttr().Ino
+	}
+	entries = append(entries, fuse.DirEntry{Name: ".", Mode: fuse.S_IFDIR, Ino: d.tn.ID},
+		fuse.DirEntry{Name: "..", Mode: fuse.S_IFDIR, Ino: parent})
 	for _, c := range children {
 		mode := uint32(fuse.S_IFREG)
 		if c.IsDir() {

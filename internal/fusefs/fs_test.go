@@ -178,14 +178,14 @@ func checkWholeTree(t *testing.T, mnt string, tr *tree.Tree) {
 			return err
 		}
 		if d.IsDir() {
-			if info.Mode().Perm() != 0o555 || !node.IsDir() || len(node.Children()) != len(mustReadDir(t, path)) {
+			if info.Mode().Perm() != 0o755 || !node.IsDir() || len(node.Children()) != len(mustReadDir(t, path)) {
 				t.Errorf("%s: mode %v, tree dir %v", rel, info.Mode(), node.IsDir())
 			}
 			return nil
 		}
 		want := catBytes(t, node)
-		if info.Mode().Perm() != 0o444 || info.Size() != int64(len(want)) {
-			t.Errorf("%s: mode %v size %d, want 0444 and %d", rel, info.Mode(), info.Size(), len(want))
+		if info.Mode().Perm() != 0o644 || info.Size() != int64(len(want)) {
+			t.Errorf("%s: mode %v size %d, want 0644 and %d", rel, info.Mode(), info.Size(), len(want))
 		}
 		got, err := os.ReadFile(path)
 		if err != nil || !bytes.Equal(got, want) {

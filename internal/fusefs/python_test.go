@@ -14,8 +14,8 @@ import (
 )
 
 // interopScript reads a mount the way researchers do: json for the
-// manifest, numpy.load with and without mmap for tensor.npy, numpy.fromfile
-// for components. It gets the expected arrays as JSON on stdin and prints
+// manifest, numpy.load with and without mmap for tensor.npy, numpy.memmap
+// at the manifest's data_offset, numpy.fromfile for components. It gets the expected arrays as JSON on stdin and prints
 // one line per problem.
 const interopScript = `
 import hashlib, json, os, sys
@@ -46,6 +46,13 @@ for name, t in manifest["tensors"].items():
         problems.append(f"{name}: numpy sees {a.dtype.str} {a.shape}, manifest says {t['npy']}")
     if a.tobytes() != np.asarray(m).tobytes() or m.dtype != a.dtype or m.shape != a.shape:
         problems.append(f"{name}: mmap_mode='r' differs from a plain load")
+    off = t["npy"]["data_offset"]
+    if off % 64 or off + a.nbytes != os.path.getsize(path):
+        problems.append(f"{name}: data_offset {off} is not where the values start")
+    elif a.size:
+        d = np.memmap(path, dtype=t["npy"]["dtype"], mode="r", offset=off, shape=tuple(t["npy"]["shape"]))
+        if d.tobytes() != a.tobytes():
+            problems.append(f"{name}: numpy.memmap at data_offset differs from numpy.load")
     want = spec["expected"].get(name)
     if want is not None and want.get("sha256"):
         if hashlib.sha256(a.tobytes()).hexdigest() != want["sha256"] or a.dtype.str != want["dtype"] or list(a.shape) != want["shape"]:

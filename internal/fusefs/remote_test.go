@@ -152,7 +152,8 @@ func TestRemoteCredentialsNeverShown(t *testing.T) {
 }
 
 // checkSameSafetensors compares two safetensors files whose headers may
-// differ only where __metadata__ names the source: local's path, got's URL.
+// differ only where __metadata__ names the source: local's base name,
+// got's URL.
 func checkSameSafetensors(t *testing.T, rel string, got, want []byte, localPath, url string) {
 	t.Helper()
 	split := func(b []byte) (map[string]any, []byte) {
@@ -173,8 +174,8 @@ func checkSameSafetensors(t *testing.T, rel string, got, want []byte, localPath,
 	wh, wd := split(want)
 	if meta, ok := wh["__metadata__"].(map[string]any); ok {
 		for k, v := range meta {
-			if s, ok := v.(string); ok {
-				meta[k] = strings.ReplaceAll(s, localPath, url)
+			if s, ok := v.(string); ok && k == "source" && s == filepath.Base(localPath) {
+				meta[k] = url
 			}
 		}
 	}

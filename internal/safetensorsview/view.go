@@ -34,6 +34,12 @@ type Options struct {
 	// Source says where the weights came from (a path or a URL), for
 	// __metadata__.
 	Source string
+	// Unreadable gives, by source file number (formats.Component.Source),
+	// why a file cannot be read, as __metadata__ is to say it: the tensors
+	// stored in it are left out. A file the pipeline cannot read
+	// (pipeline.SourceError) is left out too, with the pipeline's reason,
+	// when Unreadable does not name it.
+	Unreadable map[int]string
 }
 
 // File is one file of the view.
@@ -81,8 +87,11 @@ type entry struct {
 	dtype string // safetensors dtype
 	size  int64  // data bytes
 	// dense: the data are the dense elements as stored
-	// (pipeline.DenseData); else tensor.npy's data (pipeline.NPYData).
-	dense bool
+	// (pipeline.DenseData); else tensor.npy's data (pipeline.NPYData),
+	// narrowed to narrow when that is set (a sparse tensor's values type,
+	// narrowTypes).
+	dense  bool
+	narrow formats.DType
 
 	once sync.Once
 	r    pipeline.Reader
@@ -92,9 +101,15 @@ type entry struct {
 // reader returns the entry's data, built on first use.
 func (e *entry) reader(p *pipeline.Pipeline) (pipeline.Reader, error) {
 	e.once.Do(func() {
-		if e.dense {
+		switch {
+		case e.dense:
 			e.r, e.err = p.DenseData(e.t)
-		} else {
+		case e.narrow != "":
+			var r pipeline.Reader
+			if r, e.err = p.NPYData(e.t); e.err == nil {
+				e.r, e.err = newNarrowed(r, e.narrow)
+			}
+		default:
 			e.r, e.err = p.NPYData(e.t)
 		}
 	})
@@ -107,7 +122,7 @@ func Build(c *formats.Container, p *pipeline.Pipeline, opts Options) ([]File, []
 	if opts.ShardSize < 0 {
 		return nil, nil, fmt.Errorf("safetensors view: shard size %d is negative", opts.ShardSize)
 	}
-	entries, omitted := collect(c, p)
+	entries, omitted := collect(c, p, opts.Unreadable)
 	slices.SortFunc(entries, func(a, b *entry) int {
 		if ra, rb := dtypeRank[a.dtype], dtypeRank[b.dtype]; ra != rb {
 			return rb - ra // descending alignment, as the official writer
@@ -136,7 +151,7 @@ func Build(c *formats.Container, p *pipeline.Pipeline, opts Options) ([]File, []
 
 // collect returns the tensors of c that go in the view, in c's order, and
 // those left out.
-func collect(c *formats.Container, p *pipeline.Pipeline) ([]*entry, []Omitted) {
+func collect(c *formats.Container, p *pipeline.Pipeline, unreadable map[int]string) ([]*entry, []Omitted) {
 	var entries []*entry
 	var omitted []Omitted
 	taken := make(map[string]bool, len(c.Tensors))
@@ -145,7 +160,7 @@ func collect(c *formats.Container, p *pipeline.Pipeline) ([]*entry, []Omitted) {
 		if c.Format == "tensogram" {
 			name = strings.Join(t.DirPath(), "/")
 		}
-		e, why := classify(t, p)
+		e, why := classify(t, p, unreadable)
 		switch {
 		case why != "":
 		case !utf8.ValidString(name):
@@ -167,9 +182,20 @@ func collect(c *formats.Container, p *pipeline.Pipeline) ([]*entry, []Omitted) {
 }
 
 // classify says how t's values go in the view, or why they do not.
-func classify(t *formats.Tensor, p *pipeline.Pipeline) (*entry, string) {
+func classify(t *formats.Tensor, p *pipeline.Pipeline, unreadable map[int]string) (*entry, string) {
 	if err := pipeline.NPYMissing(t); err != nil {
 		return nil, "it has no tensor.npy: " + err.Error()
+	}
+	// A tensor of a shard that could not be used reads as EIO: in the view
+	// it would fail a memory-mapped reader (SIGBUS) at every page it
+	// shares with the tensors that can be read.
+	for _, c := range t.Components {
+		if why, ok := unreadable[c.Source]; ok {
+			return nil, "its bytes cannot be read: " + why
+		}
+		if err := p.SourceError(c.Source); err != nil {
+			return nil, "its bytes cannot be read: " + err.Error()
+		}
 	}
 	if l, ok := t.Logical.(formats.Dense); ok {
 		if st, native := nativeDTypes[l.DType]; native {
@@ -187,6 +213,16 @@ func classify(t *formats.Tensor, p *pipeline.Pipeline) (*entry, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
+	if vt := sparseValues(t); narrowTypes[vt] != "" && info.Descr == "<f4" {
+		// Densified in float32 (NumPy has no bf16 or float8); the view
+		// keeps the values' own type.
+		elems := (info.Size - uint64(len(info.Header))) / 4
+		width := uint64(1)
+		if vt == formats.BF16 {
+			width = 2
+		}
+		return sized(&entry{t: t, dtype: narrowTypes[vt], narrow: vt}, elems*width)
+	}
 	st, ok := npyDTypes[info.Descr]
 	if !ok {
 		if info.Descr == "<c16" {
@@ -195,6 +231,18 @@ func classify(t *formats.Tensor, p *pipeline.Pipeline) (*entry, string) {
 		return nil, fmt.Sprintf("its tensor.npy dtype %s has no safetensors dtype", info.Descr)
 	}
 	return sized(&entry{t: t, dtype: st}, info.Size-uint64(len(info.Header)))
+}
+
+// sparseValues returns the values type of a sparse tensor, "" for any
+// other.
+func sparseValues(t *formats.Tensor) formats.DType {
+	switch l := t.Logical.(type) {
+	case formats.SparseCSR:
+		return l.Values.DType
+	case formats.SparseCOO:
+		return l.Values.DType
+	}
+	return ""
 }
 
 func sized(e *entry, size uint64) (*entry, string) {

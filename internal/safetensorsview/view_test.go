@@ -624,3 +624,26 @@ func TestViewDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestViewLeavesOutUnreadableSources: the tensors stored in a file the
+// mount cannot read are left out, each with the reason Options.Unreadable
+// gives for its file; the others load.
+func TestViewLeavesOutUnreadableSources(t *testing.T) {
+	s := open(t, testdata("gguf/gguf-split/three"), session.Options{})
+	ck := checkView(t, s, safetensorsview.Options{Unreadable: map[int]string{1: "the second split is gone"}})
+	kept := 0
+	for _, x := range s.Container.Tensors {
+		why, out := ck.omitted[x.Name]
+		switch {
+		case x.Components[0].Source == 1 && why != "its bytes cannot be read: the second split is gone":
+			t.Errorf("tensor %q of the unreadable file: left out %v (%q)", x.Name, out, why)
+		case x.Components[0].Source != 1 && out:
+			t.Errorf("tensor %q left out: %s", x.Name, why)
+		case x.Components[0].Source != 1:
+			kept++
+		}
+	}
+	if kept == 0 || len(ck.omitted) == 0 {
+		t.Errorf("%d kept, %d left out", kept, len(ck.omitted))
+	}
+}

@@ -59,6 +59,9 @@ type weightIndex struct {
 	// Only, when set, are the weight files themselves, with no map of
 	// their tensors: the splits of a GGUF model named by one of them.
 	Only []string
+	// Size is the index file's own size in bytes (the split's, for Only):
+	// manifest.json's source.size when it is what was mounted.
+	Size int64
 }
 
 // Files returns the files the index names, sorted and without repeats.
@@ -140,7 +143,7 @@ func parseIndex(name string, rd io.Reader, size int64) (*weightIndex, error) {
 	// The map is made at its size from the start: growing it as the
 	// entries come would hold the old and the new tables at once, a
 	// third of the memory of a large index's open.
-	x := &weightIndex{Name: name, WeightMap: make(map[string]string, bytes.Count(raw.WeightMap, []byte{':'}))}
+	x := &weightIndex{Name: name, Size: size, WeightMap: make(map[string]string, bytes.Count(raw.WeightMap, []byte{':'}))}
 	if err := json.Unmarshal(raw.WeightMap, &x.WeightMap); err != nil {
 		return nil, fmt.Errorf("weight_map is not an object of tensor names to file names: %w", err)
 	}

@@ -102,3 +102,42 @@ func explainCutOff(err error) error {
 	}
 	return err
 }
+
+// cacheRepoHint returns, when dir is a Hugging Face cache repository
+// (models--org--name, holding blobs/, refs/ and snapshots/, where the
+// hub's tools download a model), which of its folders to mount instead:
+// the snapshot refs/main names, else its only snapshot, else a list of
+// them. A repository's top level has no file: its files are in its
+// snapshots. "" for any other folder.
+func cacheRepoHint(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil || !hubRepoName(filepath.Base(abs)) || !isDir(filepath.Join(abs, "blobs")) || !isDir(filepath.Join(abs, "snapshots")) {
+		return ""
+	}
+	snapshots := filepath.Join(dir, "snapshots")
+	if b, err := os.ReadFile(filepath.Join(dir, "refs", "main")); err == nil {
+		rev := strings.TrimSpace(string(b))
+		if rev != "" && rev != "." && rev != ".." && !strings.ContainsAny(rev, "/\\\x00") && isDir(filepath.Join(snapshots, rev)) {
+			return fmt.Sprintf("a Hugging Face cache folder: mount %s, the snapshot refs/main names", filepath.Join(snapshots, rev))
+		}
+	}
+	entries, err := os.ReadDir(snapshots)
+	if err != nil {
+		return ""
+	}
+	var revs []string
+	for _, e := range entries {
+		if isDir(filepath.Join(snapshots, e.Name())) {
+			revs = append(revs, filepath.Join(snapshots, e.Name()))
+		}
+	}
+	switch {
+	case len(revs) == 0:
+		return "a Hugging Face cache folder with no snapshot: nothing of the model was downloaded"
+	case len(revs) == 1:
+		return fmt.Sprintf("a Hugging Face cache folder: mount %s, its snapshot", revs[0])
+	case len(revs) > 3:
+		revs = append(revs[:3], "...")
+	}
+	return fmt.Sprintf("a Hugging Face cache folder: mount one of its snapshots (%s)", strings.Join(revs, ", "))
+}

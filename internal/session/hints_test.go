@@ -99,3 +99,60 @@ func TestShardHint(t *testing.T) {
 		t.Errorf("not a shard: %q", h)
 	}
 }
+
+// A Hugging Face cache repository folder (models--org--name) holds no
+// file at its top level: its error names the snapshot to mount, the one
+// refs/main names, else its only one, else some of them.
+func TestCacheRepoHint(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "hub", "models--org--name")
+	const main = "0123456789abcdef0123456789abcdef01234567"
+	const other = "fedcba9876543210fedcba9876543210fedcba98"
+	for _, d := range []string{"blobs", "refs", "snapshots/" + main, "snapshots/" + other} {
+		if err := os.MkdirAll(filepath.Join(repo, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	weights, err := os.ReadFile(filepath.Join(fixtures.Dir(), "safetensors/official/valid_deserialization.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(repo, "blobs", "abc"), weights, 0o644)
+	os.Symlink("../../blobs/abc", filepath.Join(repo, "snapshots", main, "model.safetensors"))
+	os.WriteFile(filepath.Join(repo, "refs", "main"), []byte(main), 0o644)
+	open := func() string {
+		t.Helper()
+		s, err := Open(repo, Options{CacheSize: 1 << 20})
+		if err == nil {
+			s.Close()
+			t.Fatal("a cache repository folder opens")
+		}
+		return err.Error()
+	}
+	snap := filepath.Join(repo, "snapshots", main)
+	if got, want := open(), repo+": no tensor file in the folder: a Hugging Face cache folder: mount "+snap+", the snapshot refs/main names"; got != want {
+		t.Errorf("error %q\nwant %q", got, want)
+	}
+	// The hint is right: the snapshot mounts.
+	s, err := Open(snap, Options{CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatalf("the snapshot named: %v", err)
+	}
+	s.Close()
+	os.Remove(filepath.Join(repo, "refs", "main"))
+	if got := open(); !strings.Contains(got, "a Hugging Face cache folder: mount one of its snapshots ("+snap+", ") {
+		t.Errorf("without refs/main: %q", got)
+	}
+	os.RemoveAll(filepath.Join(repo, "snapshots", other))
+	if got := open(); !strings.HasSuffix(got, "a Hugging Face cache folder: mount "+snap+", its snapshot") {
+		t.Errorf("one snapshot: %q", got)
+	}
+	// A folder of another name is no cache repository.
+	plain := filepath.Join(filepath.Dir(repo), "plain")
+	os.Rename(repo, plain)
+	if s, err := Open(plain, Options{CacheSize: 1 << 20}); err == nil || strings.Contains(err.Error(), "Hugging Face") {
+		if s != nil {
+			s.Close()
+		}
+		t.Errorf("another folder: %v", err)
+	}
+}

@@ -83,26 +83,28 @@ func merge(parts []part) (*formats.Container, error) {
 }
 
 // ggufSplits reports whether parts are several GGUF files (the splits of
-// one model), and then moves the gguf_metadata.json of every part but the
-// first to gguf_metadata/<file name>.json, so that the root's is the
-// first split's, which holds the model's metadata.
+// one model). Whatever the other parts are, it moves the gguf_metadata.json
+// of every GGUF part but the first to gguf_metadata/<file name>.json: the
+// root's is the first split's, which holds the model's metadata, and the
+// folder's file names keep the others apart.
 func ggufSplits(parts []part) bool {
-	if len(parts) < 2 {
-		return false
-	}
+	all, first := len(parts) > 1, true
 	for _, p := range parts {
 		if p.C.Format != "gguf" {
-			return false
+			all = false
+			continue
 		}
-	}
-	for _, p := range parts[1:] {
+		if first {
+			first = false
+			continue
+		}
 		for _, f := range p.C.Files {
 			if f.Name == gguf.MetadataFile && f.Dir == nil {
 				f.Dir, f.Name = []string{"gguf_metadata"}, p.Name+".json"
 			}
 		}
 	}
-	return true
+	return all
 }
 
 // prefixPaths puts the tensors of Tensogram file p below a directory named

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/detect"
+	"github.com/ztfs/ztfs/internal/safetensorsview"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
@@ -52,18 +53,24 @@ func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts
 	if err != nil {
 		return err
 	}
+	if given == nil {
+		if err := checkSplits(l.parts, l.isWeight); err != nil {
+			return err
+		}
+	}
 	c, err := merge(l.parts)
 	if err != nil {
 		return err
 	}
 	plain := map[string]bool{}
+	stale := staleIndexes(l.parts, indexes, l.isWeight, given)
 	if given == nil || given.Only == nil {
 		// One split named: its model, not the rest of the folder.
-		if plain, err = s.addPlainFiles(fd, c, l, opts.Guard); err != nil {
+		if plain, err = s.addPlainFiles(fd, c, l, stale, opts.Guard); err != nil {
 			return err
 		}
 	}
-	if err := checkIndexes(c, l.parts, indexes, l.isWeight, plain, given); err != nil {
+	if err := checkIndexes(c, l.parts, indexes, l.isWeight, plain, given, len(stale) > 0); err != nil {
 		return err
 	}
 	c.Shards = shardsOf(l.infos, l.digests)
@@ -74,10 +81,16 @@ func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts
 			c.Files = append(c.Files, &formats.File{Name: p.Name, Source: p.Base, Length: uint64(s.Sources[p.Base].Size()), Weights: true})
 		}
 	}
+	// A file given (an index, a split) is what source.path names: its own
+	// size. A folder has none: the weight files' total stands for it.
 	info := &tree.SourceInfo{Path: Name(origin)}
-	for _, in := range l.infos {
-		if !in.Plain {
-			info.Size += in.Size
+	if given != nil {
+		info.Size = given.Size
+	} else {
+		for _, in := range l.infos {
+			if !in.Plain {
+				info.Size += in.Size
+			}
 		}
 	}
 	s.Origin = info
@@ -207,8 +220,9 @@ func (s *Session) layOut(fd *folder, weights []folderEntry, parsed []*formats.Co
 // addPlainFiles opens every file the weights do not use, to be shown at
 // the root as it is, and returns their names. Names the mount keeps for
 // itself, or that a weight file's own files take, are the folder's file
-// or the mount's, with a warning.
-func (s *Session) addPlainFiles(fd *folder, c *formats.Container, l *layout, guard bool) (map[string]bool, error) {
+// or the mount's, with a warning. The indexes hidden names are plain
+// files that are not shown (staleIndexes), with a warning.
+func (s *Session) addPlainFiles(fd *folder, c *formats.Container, l *layout, hidden map[string]bool, guard bool) (map[string]bool, error) {
 	plain := map[string]bool{}
 	for _, e := range fd.Entries {
 		switch {
@@ -222,6 +236,10 @@ func (s *Session) addPlainFiles(fd *folder, c *formats.Container, l *layout, gua
 	c.Files = shadowed(c, plain)
 	for _, e := range fd.Entries {
 		if !plain[e.Name] {
+			continue
+		}
+		if hidden[e.Name] {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("the folder's %s is not shown: it maps tensors to weight files the root does not show (their tensors are in the computed %s)", e.Name, safetensorsview.SingleName))
 			continue
 		}
 		src, err := s.openFolderFile(fd, e, guard)
@@ -308,6 +326,9 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 		for _, e := range fd.Entries {
 			names = append(names, e.Name)
 		}
+		if h := cacheRepoHint(fd.Dir); h != "" && !fd.Remote {
+			return nil, fmt.Errorf("no tensor file in the folder: %s", h)
+		}
 		if len(names) == 0 {
 			return nil, fmt.Errorf("no tensor file in the folder: it holds no regular file")
 		}
@@ -368,12 +389,13 @@ func (fd *folder) readIndex(e folderEntry, src source.Source) (*weightIndex, err
 }
 
 // checkIndexes checks the indexes of the folder against its weight files,
-// and notes the tensors no index lists. With given, the index the mount
+// and notes the tensors no index lists, unless the indexes are hidden
+// (staleIndexes: no loader sees them). With given, the index the mount
 // was given is the one checked. Otherwise an index none of whose files is a
 // weight file describes other weights (pytorch_model.bin.index.json next
 // to safetensors shards) and is left alone, unless it is a safetensors
 // index, which must then have lost its shards.
-func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, isWeight, plain map[string]bool, given *weightIndex) error {
+func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, isWeight, plain map[string]bool, given *weightIndex, hidden bool) error {
 	if given != nil && given.Only != nil {
 		return nil // the splits of a GGUF model: no tensor map to check
 	}
@@ -397,7 +419,7 @@ func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, is
 			listed[name] = true
 		}
 	}
-	if checked == 0 {
+	if checked == 0 || hidden {
 		return nil
 	}
 	var unlisted []string
@@ -411,6 +433,27 @@ func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, is
 		c.Warnings = append(c.Warnings, fmt.Sprintf("%d tensors are in no index of the folder (the first: %q); loaders that follow the index will not see them", len(unlisted), unlisted[0]))
 	}
 	return nil
+}
+
+// staleIndexes returns the names of the folder's indexes about its weight
+// files (those checkIndexes checks) when the root does not show those
+// files: when they are not all safetensors, the root holds the computed
+// view (model.safetensors) instead, and an index naming the original
+// files would send loaders that follow it (vLLM keeps only the files an
+// index names; transformers reads the index when model.safetensors is
+// missing) to files that are not there. Such an index is not shown, and
+// the view, when sharded, shows its own.
+func staleIndexes(parts []part, indexes []*weightIndex, isWeight map[string]bool, given *weightIndex) map[string]bool {
+	if allSafetensors(parts) {
+		return nil
+	}
+	stale := map[string]bool{}
+	for _, x := range indexes {
+		if x.Only == nil && (x == given || given == nil && describesWeights(x, isWeight)) {
+			stale[x.Name] = true
+		}
+	}
+	return stale
 }
 
 // describesWeights reports whether index x is about the folder's weight

@@ -80,8 +80,9 @@ type Session struct {
 	// WeightFiles counts the sources that hold tensors: the first
 	// WeightFiles of Sources.
 	WeightFiles int
-	// Origin describes what was opened when that is not Sources[0] (a
-	// folder or its index: the size is the weight files'); nil otherwise.
+	// Origin describes what was opened when that is not Sources[0]: a
+	// folder (its size the weight files' total), or its index or a GGUF
+	// split (its own size); nil otherwise.
 	Origin *tree.SourceInfo
 	// ViewPath says how the root's safetensors weights are made:
 	// "source" (the safetensors files themselves), "computed" (the
@@ -267,7 +268,7 @@ func (s *Session) open(src source.Source, path string, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if splits, err := splitSet(c, path); err != nil {
+	if splits, err := splitSet(c, path, src.Size()); err != nil {
 		return err
 	} else if splits != nil && source.IsRemote(path) {
 		return s.openRemoteIndex(path, src, splits, opts)

@@ -12,10 +12,11 @@ import (
 // a split model: <prefix>-00001-of-00003.gguf.
 var splitName = regexp.MustCompile(`^(.*)-([0-9]{5})-of-([0-9]{5})\.gguf$`)
 
-// splitSet returns, for one split of a GGUF model (split.count > 1), the
-// model's files to open as a folder restricted to them; nil for any other
-// container. A split count its name contradicts is an error.
-func splitSet(c *formats.Container, path string) (*weightIndex, error) {
+// splitSet returns, for one split of a GGUF model (split.count > 1) of
+// size bytes, the model's files to open as a folder restricted to them;
+// nil for any other container. A split count its name contradicts is an
+// error.
+func splitSet(c *formats.Container, path string, size int64) (*weightIndex, error) {
 	if c.Format != "gguf" {
 		return nil, nil
 	}
@@ -38,7 +39,7 @@ func splitSet(c *formats.Container, path string) (*weightIndex, error) {
 	if no, ok := attributeUint(c.Attributes["split.no"]); ok && no+1 != k {
 		return nil, fmt.Errorf("split.no is %d (split %d, counted from 1) but the name says split %d", no, no+1, k)
 	}
-	x := &weightIndex{Name: base}
+	x := &weightIndex{Name: base, Size: size}
 	for i := uint64(1); i <= count; i++ {
 		x.Only = append(x.Only, fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i, count))
 	}
@@ -56,4 +57,28 @@ func attributeUint(v any) (uint64, bool) {
 		return uint64(n), n >= 0
 	}
 	return 0, false
+}
+
+// checkSplits refuses a folder holding some splits of a GGUF model but not
+// all of them: the model would mount without the tensors of the missing
+// ones, as a checkpoint without one of its shards would. A split whose
+// name is not <prefix>-0000k-of-0000n.gguf names no siblings and is taken
+// as it is.
+func checkSplits(parts []part, isWeight map[string]bool) error {
+	for _, p := range parts {
+		if p.C.Format != "gguf" {
+			continue
+		}
+		count, ok := attributeUint(p.C.Attributes["split.count"])
+		m := splitName.FindStringSubmatch(p.Name)
+		if !ok || count <= 1 || m == nil || m[3] != fmt.Sprintf("%05d", count) {
+			continue
+		}
+		for i := uint64(1); i <= count; i++ {
+			if name := fmt.Sprintf("%s-%05d-of-%05d.gguf", m[1], i, count); !isWeight[name] {
+				return fmt.Errorf("%s is a split of a %d-file GGUF model, but the folder lacks its split %s (a split missing from the download?)", p.Name, count, name)
+			}
+		}
+	}
+	return nil
 }

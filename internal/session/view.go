@@ -21,14 +21,34 @@ func (s *Session) view(c *formats.Container, infos []tree.SourceInfo, origin *tr
 		s.ViewPath = "source"
 		return nil
 	}
+	// Where the weights came from, for __metadata__: a URL as the manifest
+	// names it (without credentials or query), a local file or folder by
+	// its base name alone, since the view may be copied out of the mount
+	// and the local path is nobody else's business.
 	from := infos[0].Path
 	if origin != nil {
 		from = origin.Path
 	}
-	if abs, err := filepath.Abs(from); err == nil && !source.IsRemote(from) {
-		from = abs
+	if !source.IsRemote(from) {
+		if abs, err := filepath.Abs(from); err == nil {
+			from = abs
+		}
+		from = filepath.Base(from)
 	}
-	files, omitted, err := safetensorsview.Build(c, s.Pipeline, safetensorsview.Options{ShardSize: opts.ShardSize, Source: from})
+	unreadable := map[int]string{}
+	for k, in := range infos {
+		if in.Error == "" {
+			continue
+		}
+		// A local path is the file's name alone: the view may be copied
+		// out of the mount.
+		why := in.Error
+		if !source.IsRemote(in.Path) {
+			why = strings.ReplaceAll(why, in.Path, filepath.Base(in.Path))
+		}
+		unreadable[k] = why
+	}
+	files, omitted, err := safetensorsview.Build(c, s.Pipeline, safetensorsview.Options{ShardSize: opts.ShardSize, Source: from, Unreadable: unreadable})
 	if err != nil {
 		c.Warnings = append(c.Warnings, fmt.Sprintf("no model.safetensors at the root: %v", err))
 		return nil

@@ -173,6 +173,9 @@ func (tr *Tree) writeEntry(w *jsonWriter, td *tensorDir, path string, files []st
 		w.key("shape")
 		w.uints(info.Shape)
 		w.uintField("size", info.Size)
+		// Where the values start: a reader maps them without parsing
+		// the header.
+		w.uintField("data_offset", uint64(len(info.Header)))
 		w.close('}')
 	}
 	w.key("components")

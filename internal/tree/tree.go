@@ -302,7 +302,14 @@ func fileDir(root, tensors *Node, elems []string, dirs map[string]*Node) (*Node,
 			if name == "manifest.json" {
 				return nil, fmt.Errorf("directory %q is reserved by the mount", raw)
 			}
-			next := root.Child(name)
+			// The root's entries are not sorted yet: Child cannot look.
+			var next *Node
+			for _, c := range root.children {
+				if c.Name == name && c.IsDir() && c.tensor == nil {
+					next = c
+					break
+				}
+			}
 			if next == nil {
 				next = &Node{Name: name}
 				root.children = append(root.children, next)

@@ -171,6 +171,15 @@ func TestBuildLayout(t *testing.T) {
 	if p := tensors["a/b"].(map[string]any)["components"].(map[string]any)["meta.json"].(map[string]any)["path"]; p != "tensors/a%2Fb/%6Deta.json" {
 		t.Errorf("component path %v", p)
 	}
+	// data_offset is where tensor.npy's values start: its header's length.
+	npyEntry := tensors["w"].(map[string]any)["npy"].(map[string]any)
+	npyNode, _ := tr.Lookup("tensors/w/tensor.npy")
+	npyBytes := make([]byte, 4096)
+	nn, _ := npyNode.Reader.ReadAt(npyBytes, 0)
+	hlen := 10 + int(npyBytes[8]) + int(npyBytes[9])<<8
+	if npyEntry["data_offset"] != float64(hlen) || npyEntry["size"] != float64(nn) || nn != hlen+8 {
+		t.Errorf("npy entry %v; the file is %d bytes with a header of %d", npyEntry, nn, hlen)
+	}
 	if m["format_version"] != "9" || m["files"].(map[string]any)["config.json"] == nil {
 		t.Errorf("manifest head: %v", m)
 	}
@@ -214,6 +223,29 @@ func TestBuildRejectsCollisions(t *testing.T) {
 		if _, err := buildTest(t, c); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// Several files in one directory at the root (the per-split metadata of
+// a GGUF model of many splits) share that directory, in any order next to
+// the root's other files.
+func TestRootDirectoryOfSeveralFiles(t *testing.T) {
+	c := &formats.Container{Format: "test", Tensors: []*formats.Tensor{dense("w")}, Files: []*formats.File{
+		{Name: "b.json", Dir: []string{"meta"}, Content: []byte("{}")},
+		{Name: "top.json", Content: []byte("{}")},
+		{Name: "a.json", Dir: []string{"meta"}, Content: []byte("{}")},
+		{Name: "c.json", Dir: []string{"meta"}, Content: []byte("{}")},
+	}}
+	tr, err := buildTest(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range tr.Root.Child("meta").Children() {
+		names = append(names, n.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"a.json", "b.json", "c.json"}) {
+		t.Errorf("meta/ holds %v", names)
 	}
 }
 
