@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // defaultCacheSize bounds the decoded-block cache unless --cache-size says
@@ -208,6 +210,10 @@ func (f *sourceFlags) apply(o *session.Options) {
 	o.Remote.Parallel = int(f.requests)
 	o.CacheDir = f.cacheDir
 	o.CacheDirSize = int64(f.cacheDirSize)
+	// The Hub's endpoint, token and local cache, as its own clients find
+	// them; a caller with the token from elsewhere sets o.HF.Token after.
+	hf := source.HFOptionsFromEnv(os.Getenv)
+	o.HF.Endpoint, o.HF.Token, o.HF.HubCache = hf.Endpoint, hf.Token, hf.HubCache
 }
 
 // shardFlags is --safetensors-shard-size, for the commands that show the

@@ -53,6 +53,11 @@ type Options struct {
 	// S3 configures the sources that are s3:// URLs; its Logf, RetryFor,
 	// Parallel and MaxAhead default to Remote's.
 	S3 source.S3Options
+	// HF configures the sources that are hf:// URLs (the Hugging Face
+	// Hub): its endpoint, token and local cache come from the caller
+	// (source.HFOptionsFromEnv); Logf, RetryFor, Parallel and MaxAhead
+	// default to Remote's.
+	HF source.HFOptions
 	// CacheDir, if set, keeps the blocks of remote sources on disk too,
 	// across sessions (source.DiskCache), bounded by CacheDirSize bytes.
 	CacheDir     string
@@ -106,23 +111,26 @@ func (s *Session) Source() source.Source { return s.Sources[0] }
 // or s3:// URL, with its shards next to it. Its errors are one line that
 // starts with path (a URL without its credentials: source.Redact).
 func Open(path string, opts Options) (*Session, error) {
-	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3}}
-	h, s3 := &s.src.HTTP, &s.src.S3
+	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3, HF: opts.HF}}
+	h, s3, hf := &s.src.HTTP, &s.src.S3, &s.src.HF
 	if h.Logf == nil {
 		h.Logf = opts.Logf
 	}
 	if s3.Logf == nil {
 		s3.Logf = h.Logf
 	}
-	s3.RetryFor = cmp.Or(s3.RetryFor, h.RetryFor)
-	s3.Parallel = cmp.Or(s3.Parallel, h.Parallel)
-	s3.MaxAhead = cmp.Or(s3.MaxAhead, h.MaxAhead)
+	if hf.Logf == nil {
+		hf.Logf = h.Logf
+	}
+	s3.RetryFor, hf.RetryFor = cmp.Or(s3.RetryFor, h.RetryFor), cmp.Or(hf.RetryFor, h.RetryFor)
+	s3.Parallel, hf.Parallel = cmp.Or(s3.Parallel, h.Parallel), cmp.Or(hf.Parallel, h.Parallel)
+	s3.MaxAhead, hf.MaxAhead = cmp.Or(s3.MaxAhead, h.MaxAhead), cmp.Or(hf.MaxAhead, h.MaxAhead)
 	if opts.CacheDir != "" && source.IsRemote(path) {
 		disk, err := source.OpenDiskCache(opts.CacheDir, opts.CacheDirSize)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", Name(path), err)
 		}
-		h.Disk, s3.Disk = disk, disk
+		h.Disk, s3.Disk, hf.Disk = disk, disk, disk
 	}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()

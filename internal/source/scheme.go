@@ -30,7 +30,7 @@ type Scheme struct {
 	// the names as they are.
 	Escaped bool
 	// Stat says what a URL names, a file or a folder, with the URL every
-	// later request is made with. nil:
+	// later request is made with (a revision resolved to a commit). nil:
 	// the URL's form says (a trailing slash is a folder), at no cost.
 	Stat func(ctx context.Context, rawURL string, o *Options) (Entry, error)
 	// Open opens the file a URL names.
@@ -48,13 +48,14 @@ type Scheme struct {
 }
 
 // schemes is the table: every kind of remote source ztfs reads.
-var schemes = []*Scheme{httpScheme, s3Scheme}
+var schemes = []*Scheme{httpScheme, s3Scheme, hfScheme}
 
 // Options configure the sources of every scheme: one field per scheme's
 // own options.
 type Options struct {
 	HTTP HTTPOptions
 	S3   S3Options
+	HF   HFOptions
 }
 
 // Entry is a file or a folder that a URL names, as Stat or List found it.
