@@ -538,3 +538,7 @@ func (h *Hub) serveStorage(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
 	}
 }
+
+// GitOID returns the git blob sha1 of data: the oid of a file not stored
+// with LFS, and its blob's name in a local Hugging Face cache.
+func GitOID(data []byte) string { return gitOID(data) }
