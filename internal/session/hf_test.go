@@ -152,3 +152,32 @@ func TestHFOpenForms(t *testing.T) {
 		s.Close()
 	}
 }
+
+// --cache-dir keeps an hf:// source's blocks as any remote source's: a
+// second session reads every byte again with no request to the storage.
+func TestHFCacheDir(t *testing.T) {
+	h := hfhub.New(t)
+	files := pushShardedModel(h, 2, 3<<20)
+	opts := Options{CacheSize: 1 << 20, HF: source.HFOptions{Endpoint: h.URL()}, CacheDir: t.TempDir(), CacheDirSize: 1 << 30}
+	for pass := 0; pass < 2; pass++ {
+		h.ResetLog()
+		s, err := Open("hf://org/model", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range s.Tree.OtherFiles() {
+			want, ok := files[f.Path]
+			if !ok {
+				continue
+			}
+			got, err := io.ReadAll(io.NewSectionReader(f.Reader, 0, int64(len(want))))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("pass %d: %s differs (%v)", pass, f.Path, err)
+			}
+		}
+		s.Close()
+		if n := len(h.Requests("storage")); pass == 1 && n != 0 {
+			t.Errorf("the second session sent %d requests to the storage", n)
+		}
+	}
+}

@@ -107,9 +107,10 @@ func (s *Session) Source() source.Source { return s.Sources[0] }
 
 // Open opens and validates what path names: a container file, a model
 // folder, or a folder's weight index (model.safetensors.index.json), with
-// the shards the containers name; or a container at an http://, https://
-// or s3:// URL, with its shards next to it. Its errors are one line that
-// starts with path (a URL without its credentials: source.Redact).
+// the shards the containers name; or any of these at a URL of a scheme of
+// source's table (http://, https://, s3://, hf://), a remote folder being
+// listed where its scheme lists folders. Its errors are one line that
+// starts with path (a URL without its credentials: source.Name).
 func Open(path string, opts Options) (*Session, error) {
 	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3, HF: opts.HF}}
 	h, s3, hf := &s.src.HTTP, &s.src.S3, &s.src.HF
