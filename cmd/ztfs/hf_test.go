@@ -146,13 +146,14 @@ func TestHFCommands(t *testing.T) {
 	dsha := h.Push("datasets", "org/data", "main", data)
 	shard := "model-00001-of-00005.safetensors"
 	for source, origin := range map[string]string{
-		"hf://org/model":                   "hf://org/model@" + sha,
-		"hf://org/model@main":              "hf://org/model@" + sha,
-		"hf://org/model@v1.0":              "hf://org/model@" + sha,
-		"hf://org/model@" + sha:            "hf://org/model@" + sha,
-		"hf://org/model@refs/pr/1/sub":     "hf://org/model@" + pr + "/sub",
-		"hf://org/model@refs%2Fpr%2F1/sub": "hf://org/model@" + pr + "/sub",
-		"hf://datasets/org/data":           "hf://datasets/org/data@" + dsha,
+		"hf://org/model":                              "hf://org/model@" + sha,
+		"hf://org/model@main":                         "hf://org/model@" + sha,
+		"hf://org/model@v1.0":                         "hf://org/model@" + sha,
+		"hf://org/model@" + sha:                       "hf://org/model@" + sha,
+		"hf://org/model@refs/pr/1/sub":                "hf://org/model@" + pr + "/sub",
+		"hf://org/model@refs%2Fpr%2F1/sub":            "hf://org/model@" + pr + "/sub",
+		"hf://datasets/org/data":                      "hf://datasets/org/data@" + dsha,
+		"hf://org/model/model.safetensors.index.json": "hf://org/model@" + sha + "/model.safetensors.index.json",
 	} {
 		r := run(t, "inspect", "--json", source)
 		var m struct {

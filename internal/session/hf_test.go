@@ -26,7 +26,7 @@ func safetensorsBytes(name string, size int) []byte {
 	binary.LittleEndian.PutUint64(b, uint64(len(header)))
 	copy(b[8:], header)
 	for i := range b[8+len(header):] {
-		b[8+len(header)+i] = byte(i * 7)
+		b[8+len(header)+i] = byte(i)
 	}
 	return b
 }
