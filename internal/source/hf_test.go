@@ -293,6 +293,17 @@ func TestHFPagesAndRateLimit(t *testing.T) {
 	if n := len(h.Requests("hub")); n != 3 {
 		t.Errorf("7 entries in pages of 3 took %d requests, want 3", n)
 	}
+	// A read that meets a 429 waits as asked, then gets its bytes.
+	src, err := Open(ctx, "hf://datasets/org/data/c.json", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.RateLimit(1, 1)
+	start = time.Now()
+	if got := readAll(t, src); string(got) != "c" || time.Since(start) < time.Second {
+		t.Errorf("a read rate limited for 1 s: %q after %v", got, time.Since(start))
+	}
+	src.Close()
 	o.HF.PageSize = 2
 	h.ResetLog()
 	if l, err := List(ctx, e.URL, o); err != nil || len(l.Entries) != 7 || len(h.Requests("hub")) != 4 {
