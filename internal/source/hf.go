@@ -279,7 +279,9 @@ func (s *HF) pinFailure(resp *http.Response) *failure {
 // Hub's resolve URL, whose redirect is followed (and kept).
 func (s *HF) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure) {
 	hdr := http.Header{"Range": {fmt.Sprintf("bytes=%d-%d", from, end-1)}}
-	for {
+	// Twice at most: a kept storage URL the storage refuses, then the
+	// resolve URL.
+	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		target := s.storage
 		s.mu.Unlock()
@@ -308,18 +310,19 @@ func (s *HF) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure)
 			s.mu.Lock()
 			s.storage = ""
 			s.mu.Unlock()
-			if signed {
+			if signed && attempt == 0 {
 				s.logf("%s: the storage refused its signed URL (%d): resolving the file again", s.name, resp.StatusCode)
 				continue
 			}
 			return nil, &failure{kind: transient, code: resp.StatusCode, reason: fmt.Sprintf("%d %s from the storage the Hub redirected to", resp.StatusCode, http.StatusText(resp.StatusCode))}
 		}
-		if fromHub && resp.StatusCode != http.StatusPartialContent && resp.StatusCode/100 != 2 {
-			defer resp.Body.Close()
-			switch resp.StatusCode {
-			case http.StatusNotFound, http.StatusGone, http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
-			default:
+		switch resp.StatusCode {
+		case http.StatusNotFound, http.StatusGone, http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
+			// checkReply says: the file changed.
+		default:
+			if fromHub && resp.StatusCode/100 != 2 {
 				f, _ := s.hub.hubFailure(ctx, resp, time.Now().Add(s.retryFor), s.ref, s.ref.path)
+				resp.Body.Close()
 				return nil, f
 			}
 		}
