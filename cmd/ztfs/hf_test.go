@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ztfs/ztfs/internal/testenv"
 	"github.com/ztfs/ztfs/internal/testenv/hfhub"
@@ -121,6 +123,15 @@ func TestHFMount(t *testing.T) {
 		}
 	}
 	noTokenAtStorage(t, h)
+	// A file changed under its commit (another hash at the same sha) is
+	// EIO, as for any remote source: an open checks the sources (at most
+	// once a second) and finds the Hub pinning it by another hash.
+	shard := "model-00002-of-00005.safetensors"
+	h.Replace("models", "org/model", sha, shard, hfhub.File{Data: []byte("other bytes"), LFS: true})
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := os.ReadFile(filepath.Join(mnt, "config.json")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading after a file changed under its commit: %v, want EIO", err)
+	}
 	if r := run(t, "unmount", mnt); r.code != 0 {
 		t.Errorf("unmount: %+v", r)
 	}
