@@ -264,6 +264,34 @@ func TestHFErrors(t *testing.T) {
 	}
 }
 
+// A renamed repository is followed through the Hub's relative redirects,
+// the token with them (the same origin).
+func TestHFRenamed(t *testing.T) {
+	h, o, files := hfFixture(t)
+	h.Rename("models", "org/model", "org/renamed")
+	h.ResetLog()
+	src, err := Open(context.Background(), "hf://org/model/weights.bin", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if got := readAll(t, src); !bytes.Equal(got, files["weights.bin"]) {
+		t.Error("bytes differ")
+	}
+	moved := 0
+	for _, r := range h.Requests("hub") {
+		if r.Authorization != "Bearer "+h.Token {
+			t.Errorf("%s %s without the token", r.Method, r.Path)
+		}
+		if strings.Contains(r.Path, "org/renamed") {
+			moved++
+		}
+	}
+	if moved < 3 {
+		t.Errorf("%d requests followed the rename: want the revision, the listing and the resolve", moved)
+	}
+}
+
 // Listings follow the Link header's next pages; a 429 waits as long as
 // its RateLimit header asks and is retried.
 func TestHFPagesAndRateLimit(t *testing.T) {

@@ -73,7 +73,8 @@ type Hub struct {
 	PageSize int
 
 	mu      sync.Mutex
-	repos   map[string]*repo // "models/ORG/REPO"
+	repos   map[string]*repo  // "models/ORG/REPO"
+	renamed map[string]string // "models/ORG/OLD" → "ORG/NEW"
 	blobs   map[string][]byte
 	tamper  map[string][]byte // sha256 → bytes the storage serves instead
 	gen     int               // storage URLs of older generations are refused
@@ -87,7 +88,7 @@ type Hub struct {
 // New starts a stand-in Hub and its storage, closed when the test ends.
 func New(t testing.TB) *Hub {
 	t.Helper()
-	h := &Hub{PageSize: 1000, repos: map[string]*repo{}, blobs: map[string][]byte{}, tamper: map[string][]byte{},
+	h := &Hub{PageSize: 1000, repos: map[string]*repo{}, renamed: map[string]string{}, blobs: map[string][]byte{}, tamper: map[string][]byte{},
 		log: map[string][]Request{}, key: []byte(fmt.Sprintf("stand-in %d", time.Now().UnixNano()))}
 	h.hub = httptest.NewServer(http.HandlerFunc(h.serveHub))
 	h.storage = httptest.NewServer(http.HandlerFunc(h.serveStorage))
@@ -133,6 +134,36 @@ func (h *Hub) Tag(kind, repoID, name, sha string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.repo(kind, repoID).refs[name] = sha
+}
+
+// Rename moves a repository to a new id: requests naming the old one are
+// redirected to the new one with a relative Location (307), as the Hub
+// does.
+func (h *Hub) Rename(kind, from, to string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.repos[kind+"/"+to] = h.repo(kind, from)
+	delete(h.repos, kind+"/"+from)
+	h.renamed[kind+"/"+from] = to
+}
+
+// redirectRenamed answers a request naming a renamed repository (at
+// segs[at], segs[at+1]) with a relative redirect to its new id.
+func (h *Hub) redirectRenamed(w http.ResponseWriter, r *http.Request, kind string, segs []string, at int) bool {
+	h.mu.Lock()
+	to, ok := h.renamed[kind+"/"+segs[at]+"/"+segs[at+1]]
+	h.mu.Unlock()
+	if !ok {
+		return false
+	}
+	moved := append(append(append([]string{}, segs[:at]...), strings.Split(to, "/")...), segs[at+2:]...)
+	loc := "/" + strings.Join(moved, "/")
+	if r.URL.RawQuery != "" {
+		loc += "?" + r.URL.RawQuery
+	}
+	w.Header().Set("Location", loc)
+	w.WriteHeader(http.StatusTemporaryRedirect)
+	return true
 }
 
 // Restrict makes a repository private (a request without the token is
@@ -290,6 +321,9 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	segs := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
 	switch {
+	case len(segs) >= 4 && segs[0] == "api" && h.redirectRenamed(w, r, segs[1], segs, 2):
+	case len(segs) >= 3 && segs[0] == "datasets" && h.redirectRenamed(w, r, "datasets", segs, 1):
+	case len(segs) >= 2 && h.redirectRenamed(w, r, "models", segs, 0):
 	case len(segs) >= 6 && segs[0] == "api" && (segs[1] == "models" || segs[1] == "datasets") && segs[4] == "revision":
 		h.serveRevision(w, r, segs[1], segs[2]+"/"+segs[3], segs[5:])
 	case len(segs) >= 6 && segs[0] == "api" && (segs[1] == "models" || segs[1] == "datasets") && segs[4] == "tree":
