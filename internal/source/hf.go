@@ -245,6 +245,10 @@ func openHFCached(dir string, ref hfRef, f hfFile, name string) Source {
 	return c
 }
 
+// hfXetFileInfo is the type of the Hub's answer that describes a Xet
+// file's reconstruction rather than holding its bytes.
+const hfXetFileInfo = "application/vnd.xet-fileinfo+json"
+
 // unquoteETag returns an ETag's value without W/ and quotes, as the Hub's
 // clients compare them.
 func unquoteETag(s string) string {
@@ -268,8 +272,8 @@ func (s *HF) pinFailure(resp *http.Response) *failure {
 			return &failure{kind: changed, code: resp.StatusCode, reason: fmt.Sprintf("size %d, was %d", n, s.size)}
 		}
 	}
-	if resp.StatusCode/100 == 3 && resp.Header.Get("X-Xet-Hash") != "" && resp.Header.Get("Location") == "" {
-		return &failure{kind: fatal, code: resp.StatusCode, reason: "the Hub serves this file only through its Xet reconstruction protocol"}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), hfXetFileInfo) {
+		return &failure{kind: fatal, code: resp.StatusCode, reason: "the Hub serves this file only through its Xet reconstruction protocol, which ztfs does not speak (docs/limits.md)"}
 	}
 	return nil
 }
@@ -298,7 +302,7 @@ func (s *HF) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure)
 			return nil, f
 		}
 		fromHub := resp.Request != nil && s.hub.sameOrigin(resp.Request.URL)
-		if fromHub && resp.StatusCode/100 == 2 {
+		if fromHub {
 			if fl := s.pinFailure(resp); fl != nil {
 				resp.Body.Close()
 				return nil, fl

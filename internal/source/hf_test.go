@@ -389,4 +389,17 @@ func TestHFXetOnly(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "huge.safetensors") || !strings.Contains(err.Error(), "Xet reconstruction protocol") {
 		t.Errorf("Open = %v", err)
 	}
+	// A file the Hub answers with its Xet file-info rather than bytes
+	// fails its first read, for good, with that reason.
+	h.Push("models", "org/xet", "main", map[string]hfhub.File{"x.safetensors": {Data: []byte("xet bytes"), LFS: true, Xet: true, XetOnly: true}})
+	o.HF.RetryFor = 5 * time.Second
+	src, err := Open(context.Background(), "hf://org/xet/x.safetensors", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	start := time.Now()
+	if _, err := src.ReadAt(make([]byte, 4), 0); err == nil || !strings.Contains(err.Error(), "Xet reconstruction protocol") || time.Since(start) > 2*time.Second {
+		t.Errorf("read = %v after %v", err, time.Since(start))
+	}
 }

@@ -43,6 +43,11 @@ type File struct {
 	// ListedSize, if not 0, is the size listings claim (a Xet file too
 	// large for a plain download, which a test need not hold).
 	ListedSize int64
+	// XetOnly makes resolve answer with the Xet file-info (the type
+	// application/vnd.xet-fileinfo+json, X-Xet-Hash, a xet-auth link), as
+	// the Hub does for a file it serves only through its Xet protocol,
+	// rather than with the bytes.
+	XetOnly bool
 }
 
 // Request is one request an origin received.
@@ -521,6 +526,16 @@ func (h *Hub) serveResolve(w http.ResponseWriter, r *http.Request, kind, repoID 
 	f, ok := files[p]
 	if !ok {
 		hubError(w, http.StatusNotFound, "EntryNotFound", p+" does not exist on "+sha)
+		return
+	}
+	if f.XetOnly {
+		hash := SHA256([]byte("xet " + f.sha256))
+		w.Header().Set("X-Xet-Hash", hash)
+		w.Header().Set("X-Linked-Size", strconv.Itoa(len(f.Data)))
+		w.Header().Set("X-Linked-Etag", `"`+f.sha256+`"`)
+		w.Header().Set("Link", fmt.Sprintf(`<%s/api/%s/%s/xet-read-token/%s>; rel="xet-auth"`, h.hub.URL, kind, repoID, sha))
+		w.Header().Set("Content-Type", "application/vnd.xet-fileinfo+json")
+		json.NewEncoder(w).Encode(map[string]any{"hash": hash, "size": len(f.Data)})
 		return
 	}
 	if !f.LFS {
