@@ -4,8 +4,9 @@
 # packages, a short run of every fuzz target, and the demo.
 # Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
 #        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps, attr
-#        and nginx if missing, and versitygw with go install; needs the Go
-#        of go.mod's go line)
+#        and nginx if missing, versitygw with go install, node and npm if
+#        missing and @huggingface/hub with npm; needs the Go of go.mod's go
+#        line)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,11 @@ ensure_go
 ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx
 # versitygw: the S3 server the s3:// source's tests start on 127.0.0.1.
 ensure_versitygw
+# @huggingface/hub (the version testdata/hf/js/package.json pins): the Hub's
+# own JavaScript client, against which cmd/ztfs's tests check the stand-in
+# Hub; node from Debian's nodejs and npm unless a node is installed already.
+command -v node >/dev/null && command -v npm >/dev/null || ensure_packages nodejs npm
+npm install --prefix testdata/hf/js --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null
 python_with_numpy >/dev/null
 [ -e /dev/fuse ] || { echo "FAIL: /dev/fuse is missing; the FUSE tests cannot run" >&2; exit 1; }
 

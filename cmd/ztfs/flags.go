@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // defaultCacheSize bounds the decoded-block cache unless --cache-size says
@@ -193,10 +195,10 @@ const defaultCacheDirSize = 10 << 30
 
 func (f *sourceFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
-	fl.DurationVar(&f.retryFor, "retry-for", 60*time.Second, "how long a read of an http(s) source retries server errors, resets and timeouts before it fails (EIO)")
+	fl.DurationVar(&f.retryFor, "retry-for", 60*time.Second, "how long a read of a remote source (http(s), s3, hf) retries server errors, resets and timeouts before it fails (EIO)")
 	f.requests = 8
-	fl.Var(&f.requests, "remote-requests", "range requests to an http(s) or s3 source in flight at once, reads' and read-ahead's together")
-	fl.StringVar(&f.cacheDir, "cache-dir", "", "keep the blocks read from http(s) and s3 sources in `DIR` too, across mounts (checked when read back)")
+	fl.Var(&f.requests, "remote-requests", "range requests to a remote source (http(s), s3, hf) in flight at once, reads' and read-ahead's together")
+	fl.StringVar(&f.cacheDir, "cache-dir", "", "keep the blocks read from remote sources (http(s), s3, hf) in `DIR` too, across mounts (checked when read back)")
 	f.cacheDirSize = defaultCacheDirSize
 	fl.Var(&f.cacheDirSize, "cache-dir-size", "bound of --cache-dir: the least recently used blocks are removed beyond it, e.g. 20GiB")
 }
@@ -208,6 +210,10 @@ func (f *sourceFlags) apply(o *session.Options) {
 	o.Remote.Parallel = int(f.requests)
 	o.CacheDir = f.cacheDir
 	o.CacheDirSize = int64(f.cacheDirSize)
+	// The Hub's endpoint, token and local cache, as its own clients find
+	// them; a caller with the token from elsewhere sets o.HF.Token after.
+	hf := source.HFOptionsFromEnv(os.Getenv)
+	o.HF.Endpoint, o.HF.Token, o.HF.HubCache = hf.Endpoint, hf.Token, hf.HubCache
 }
 
 // shardFlags is --safetensors-shard-size, for the commands that show the

@@ -54,7 +54,9 @@ func newMountCommand() *cobra.Command {
 		Long: `Mount SOURCE read-only at the directory MOUNTPOINT. SOURCE is a container
 file (its format found by its bytes), a model folder, or a folder's
 model.safetensors.index.json; any of these over http://, https:// or s3://
-(s3://BUCKET/PREFIX/ is the folder of the objects under the prefix).
+(s3://BUCKET/PREFIX/ is the folder of the objects under the prefix); or a
+repository, folder or file of the Hugging Face Hub, hf://ORG/REPO[@REV][/PATH]
+(the revision pinned to its commit; the token from HF_TOKEN).
 
 SOURCE is checked first: an unreadable, unknown or corrupt file is a one-line
 error and nothing is mounted. By default the command returns once the mount
@@ -75,6 +77,7 @@ mount -t fuse.ztfs and /etc/fstab.`,
   ztfs mount -o allow_other,cache_size=2GiB m.zt /mnt/m
   ztfs mount --cache-dir /var/cache/ztfs https://example.org/m.gguf /mnt/m
   ztfs mount s3://bucket/models/llama/ /mnt/llama  # the objects under a prefix
+  ztfs mount hf://org/model@main /mnt/model        # a Hugging Face Hub repository
   ztfs mount -f --debug m.zt /mnt/m                # foreground, every request logged
   mount -t fuse.ztfs /models/m.zt /mnt/m -o cache_size=1GiB  # as fstab does`,
 		Args: namedArgs,

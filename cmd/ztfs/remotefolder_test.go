@@ -46,7 +46,7 @@ func TestRemoteFolderCommands(t *testing.T) {
 		}
 	}
 	r := run(t, "mount", srv.URL("empty/"), t.TempDir())
-	if r.code != 1 || strings.TrimSpace(r.stderr) != "ztfs: "+srv.URL("empty/")+": no object directly under the prefix" {
+	if r.code != 1 || strings.TrimSpace(r.stderr) != "ztfs: "+srv.URL("empty/")+": no file directly under the folder" {
 		t.Errorf("mounting an empty prefix: %+v", r)
 	}
 }

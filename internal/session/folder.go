@@ -28,12 +28,14 @@ type folderEntry struct {
 	// that the source keeps checking the name the user sees. In a remote
 	// folder it is the object's URL.
 	Path string
+	// entry is what a remote folder's listing said of the file, or nil.
+	entry *source.Entry
 }
 
 // folder is a listed model folder.
 type folder struct {
 	// Dir is the folder as given; a remote folder's is its URL without
-	// credentials (source.Redact), ending in a slash.
+	// credentials (source.Name), ending in a slash.
 	Dir string
 	// Remote says the entries are objects at URLs (remotefolder.go): no
 	// symlink rule applies, and each is opened once.

@@ -366,7 +366,7 @@ func (s *Session) sniffable(fd *folder, e folderEntry) (source.Source, error) {
 		if src, ok := s.kept[keyOf(e.Path)]; ok {
 			return src, nil
 		}
-		src, err := s.openRemote(e.Path)
+		src, err := s.openFolderEntry(e)
 		if err == nil {
 			s.keep(e.Path, src)
 		}

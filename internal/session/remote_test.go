@@ -1,8 +1,6 @@
 package session
 
 import (
-	"encoding/binary"
-	"fmt"
 	"net/http"
 	"os"
 	"path"
@@ -78,17 +76,7 @@ func TestRemoteOpenBudget(t *testing.T) {
 // bytes.
 func writeSafetensors(t *testing.T, path string, size int) {
 	t.Helper()
-	header := []byte(fmt.Sprintf(`{"w":{"dtype":"U8","shape":[%d],"data_offsets":[0,%d]}}`, size, size))
-	for len(header)%8 != 0 {
-		header = append(header, ' ')
-	}
-	b := make([]byte, 8+len(header)+size)
-	binary.LittleEndian.PutUint64(b, uint64(len(header)))
-	copy(b[8:], header)
-	for i := range b[8+len(header):] {
-		b[8+len(header)+i] = byte(i)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := os.WriteFile(path, safetensorsBytes("w", size), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,9 +14,10 @@ import (
 )
 
 // A remote folder is a model folder whose files are objects at URLs: the
-// objects directly under an s3:// prefix (listed), or, over HTTP, which has
-// no listing, a weight index (or a GGUF split) and the files it names next
-// to it. It follows the rules of a local folder (openListed), but for
+// files directly under a folder of a scheme that lists them (source.List:
+// an s3:// prefix, a Hugging Face repository or one of its folders), or,
+// over HTTP, which has no listing, a weight index (or a GGUF split) and
+// the files it names next to it. It follows the rules of a local folder (openListed), but for
 // symlinks, which objects do not have. Each object is opened once: HEAD
 // and the first block, to be classified, then kept for the session.
 // docs/folders.md ("Remote folders") holds the rules.
@@ -27,48 +25,45 @@ import (
 // remoteParallel bounds the objects of a remote folder opened at once.
 const remoteParallel = 8
 
-// openS3Folder opens the objects directly under the prefix an s3:// URL
-// names as a model folder.
-func (s *Session) openS3Folder(rawURL string, opts Options) error {
-	fd, err := s.listS3Folder(rawURL)
+// openListedURL opens the files directly under the folder a URL names as
+// a model folder.
+func (s *Session) openListedURL(rawURL string, opts Options) error {
+	fd, err := s.listURLFolder(rawURL)
 	if err != nil {
 		return err
 	}
 	if len(fd.Entries) == 0 {
-		return errors.New("no object directly under the prefix")
+		return errors.New("no file directly under the folder")
 	}
 	return s.openListed(fd, nil, rawURL, opts)
 }
 
-// orS3Folder returns openErr, the error of opening rawURL as an object,
-// unless rawURL is an s3:// URL with no object of its key (404) but with
-// objects under it as a prefix: that folder is opened then.
-func (s *Session) orS3Folder(rawURL string, openErr error, opts Options) error {
+// orFolder returns openErr, the error of opening rawURL as a file, unless
+// rawURL's scheme says a missing file may be a folder (an S3 key that is
+// a prefix) and there is no file (404) but files under it: that folder is
+// opened then.
+func (s *Session) orFolder(rawURL string, openErr error, opts Options) error {
 	var st *source.HTTPStatusError
-	if !source.IsS3URL(rawURL) || !errors.As(openErr, &st) || st.Code != http.StatusNotFound {
+	if !source.MissingMayBeFolder(rawURL) || !errors.As(openErr, &st) || st.Code != http.StatusNotFound {
 		return openErr
 	}
-	fd, err := s.listS3Folder(rawURL)
+	fd, err := s.listURLFolder(rawURL)
 	if err != nil || len(fd.Entries) == 0 {
 		return openErr
 	}
 	return s.openListed(fd, nil, rawURL, opts)
 }
 
-// listS3Folder lists the objects directly under the prefix an s3:// URL
-// names (source.ListS3).
-func (s *Session) listS3Folder(rawURL string) (*folder, error) {
-	bucket, prefix, err := source.ParseS3Prefix(rawURL)
+// listURLFolder lists the files directly under the folder a URL names
+// (source.List).
+func (s *Session) listURLFolder(rawURL string) (*folder, error) {
+	l, err := source.List(context.Background(), rawURL, &s.src)
 	if err != nil {
-		return nil, err
+		return nil, withoutName(err, strings.TrimSuffix(Name(rawURL), "/")+"/")
 	}
-	fd := &folder{Dir: "s3://" + bucket + "/" + prefix, Remote: true}
-	objs, err := source.ListS3(context.Background(), rawURL, s.s3)
-	if err != nil {
-		return nil, withoutName(err, fd.Dir)
-	}
-	for _, o := range objs {
-		fd.Entries = append(fd.Entries, folderEntry{Name: o.Name, Path: o.URL})
+	fd := &folder{Dir: l.Dir, Remote: true}
+	for _, e := range l.Entries {
+		fd.Entries = append(fd.Entries, folderEntry{Name: e.Name, Path: e.URL, entry: &e})
 	}
 	slices.SortFunc(fd.Entries, func(a, b folderEntry) int { return strings.Compare(a.Name, b.Name) })
 	return fd, nil
@@ -89,21 +84,15 @@ func (s *Session) openRemoteIndex(rawURL string, src source.Source, x *weightInd
 }
 
 // remoteFolderOf returns the remote folder of the file at rawURL, whose
-// index (or split set) is x. The splits of a GGUF model are a folder of
-// those files only: the rest of the folder is not shown.
+// index (or split set) is x: the folder it is in, listed, or, for a
+// scheme with no listing, the file and those x names (httpFolder). The
+// splits of a GGUF model are a folder of those files only: the rest of
+// the folder is not shown.
 func (s *Session) remoteFolderOf(rawURL string, x *weightIndex) (*folder, error) {
-	if !source.IsS3URL(rawURL) {
+	if !source.HasListing(rawURL) {
 		return httpFolder(rawURL, x), nil
 	}
-	bucket, key, err := source.ParseS3URL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	dir := ""
-	if i := strings.LastIndex(key, "/"); i >= 0 {
-		dir = key[:i+1]
-	}
-	fd, err := s.listS3Folder("s3://" + bucket + "/" + dir)
+	fd, err := s.listURLFolder(source.Parent(rawURL))
 	if err != nil {
 		return nil, err
 	}
@@ -115,34 +104,24 @@ func (s *Session) remoteFolderOf(rawURL string, x *weightIndex) (*folder, error)
 
 // httpFolder is the folder of the file at an http(s) URL whose index (or
 // split set) is x: the file itself and the files x names, at the URLs
-// sibling gives.
+// source.Sibling gives: its path's last segment replaced, the rest of the
+// URL (credentials, query) kept, as for a container's shards (locate). A
+// query that signs one object (a presigned URL) then fails for the others
+// with 403, which names the file; one that grants the folder (a token, a
+// SAS) works.
 func httpFolder(rawURL string, x *weightIndex) *folder {
-	dir := source.Redact(rawURL)
+	dir := source.Name(rawURL)
 	fd := &folder{Dir: dir[:strings.LastIndex(dir, "/")+1], Remote: true}
 	names := append([]string{x.Name}, x.Files()...)
 	slices.Sort(names)
 	for _, name := range slices.Compact(names) {
-		e := folderEntry{Name: name, Path: sibling(rawURL, name)}
+		e := folderEntry{Name: name, Path: source.Sibling(rawURL, name)}
 		if name == x.Name {
 			e.Path = rawURL
 		}
 		fd.Entries = append(fd.Entries, e)
 	}
 	return fd
-}
-
-// sibling returns the URL of the file name next to the file at rawURL:
-// its path's last segment replaced, the rest of the URL (credentials,
-// query) kept, as for a container's shards (locate). A query that signs
-// one object (a presigned URL) then fails for the others with 403, which
-// names the file; one that grants the folder (a token, a SAS) works.
-func sibling(rawURL, name string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return rawURL[:strings.LastIndex(rawURL, "/")+1] + name
-	}
-	u.Path, u.RawPath = path.Join(path.Dir(u.Path), name), ""
-	return u.String()
 }
 
 // openRemoteEntries opens every file of the remote folder fd that is not
@@ -163,7 +142,7 @@ func (s *Session) openRemoteEntries(fd *folder, given *weightIndex) error {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if srcs[i], errs[i] = s.openRemote(e.Path); errs[i] == nil {
+			if srcs[i], errs[i] = s.openFolderEntry(e); errs[i] == nil {
 				_, errs[i] = s.sniff(fd, srcs[i])
 			}
 		}()
@@ -189,14 +168,7 @@ func (s *Session) sniff(fd *folder, src source.Source) (string, error) {
 	if !fd.Remote {
 		return detect.Sniff(src, src.Size())
 	}
-	limit := s.remote.BlockSize
-	if source.IsS3URL(src.Name()) {
-		limit = s.s3.BlockSize
-	}
-	if limit <= 0 {
-		limit = 1 << 20 // the sources' default block
-	}
-	return detect.Sniff(sniffBlock{src, limit}, src.Size())
+	return detect.Sniff(sniffBlock{src, source.BlockSize(src)}, src.Size())
 }
 
 // sniffBlock reads the first limit bytes of its source only, and fails
@@ -225,25 +197,38 @@ func missingEntry(e folderEntry, err error, given *weightIndex) error {
 		return fmt.Errorf("%s: %w", e.Name, err)
 	}
 	if given.Only != nil {
-		return fmt.Errorf("the model's split %s (of %d) is not next to it: %s: %w", e.Name, len(given.Only), source.Redact(e.Path), err)
+		return fmt.Errorf("the model's split %s (of %d) is not next to it: %s: %w", e.Name, len(given.Only), source.Name(e.Path), err)
 	}
-	return fmt.Errorf("%s lists %s, which is not there (a shard missing from the upload?): %s: %w", given.Name, e.Name, source.Redact(e.Path), err)
+	return fmt.Errorf("%s lists %s, which is not there (a shard missing from the upload?): %s: %w", given.Name, e.Name, source.Name(e.Path), err)
 }
 
-// openRemote opens the source at an http://, https:// or s3:// URL. Its
-// error does not name the URL: the caller names what it opens.
+// openRemote opens the source at a URL (source.Open). Its error does not
+// name the URL: the caller names what it opens.
 func (s *Session) openRemote(rawURL string) (source.Source, error) {
-	var src source.Source
-	var err error
-	if source.IsS3URL(rawURL) {
-		src, err = source.OpenS3(context.Background(), rawURL, s.s3)
-	} else {
-		src, err = source.OpenHTTP(context.Background(), rawURL, s.remote)
-	}
+	src, err := source.Open(context.Background(), rawURL, &s.src)
 	if err != nil {
-		return nil, withoutName(err, source.Redact(rawURL)) // not a nil pointer in a non-nil Source
+		return nil, withoutName(err, source.Name(rawURL))
 	}
 	return src, nil
+}
+
+// openEntry opens the file e that Stat or a listing described
+// (source.OpenEntry), as openRemote does.
+func (s *Session) openEntry(e source.Entry) (source.Source, error) {
+	src, err := source.OpenEntry(context.Background(), e, &s.src)
+	if err != nil {
+		return nil, withoutName(err, source.Name(e.URL))
+	}
+	return src, nil
+}
+
+// openFolderEntry opens file e of a remote folder: from what its listing
+// said of it where it has that, else by its URL.
+func (s *Session) openFolderEntry(e folderEntry) (source.Source, error) {
+	if e.entry != nil {
+		return s.openEntry(*e.entry)
+	}
+	return s.openRemote(e.Path)
 }
 
 // keep keeps src, open at rawURL, for the next openAny of the same URL.
@@ -274,27 +259,5 @@ func (s *Session) closeKept() {
 }
 
 // keyOf is how kept sources are found: the URL without credentials or
-// query, with the s3 scheme in lower case.
-func keyOf(rawURL string) string {
-	k := source.Redact(rawURL)
-	if source.IsS3URL(k) {
-		k = "s3://" + k[len("s3://"):]
-	}
-	return k
-}
-
-// baseName is the name of the file path names: a path's last element, or
-// the last segment of a URL's path (unescaped for http and https).
-func baseName(p string) string {
-	if !source.IsRemote(p) {
-		return filepath.Base(p)
-	}
-	r := source.Redact(p)
-	name := r[strings.LastIndex(r, "/")+1:]
-	if source.IsURL(p) {
-		if n, err := url.PathUnescape(name); err == nil {
-			name = n
-		}
-	}
-	return name
-}
+// query, with the scheme in lower case (source.Key).
+func keyOf(rawURL string) string { return source.Key(rawURL) }

@@ -268,7 +268,7 @@ func TestRemoteFolderErrors(t *testing.T) {
 		want      string
 	}{
 		{"empty prefix", srv.URL("nothing/"), s3opts,
-			srv.URL("nothing/") + ": no object directly under the prefix"},
+			srv.URL("nothing/") + ": no file directly under the folder"},
 		{"no object, no prefix", srv.URL("nothing"), s3opts,
 			srv.URL("nothing") + ": 404 Not Found"},
 		{"refused listing", srv.URL("model/"), session.Options{CacheSize: 1 << 20, S3: source.S3Options{Config: &bad}},

@@ -6,9 +6,10 @@
 package session
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,11 @@ type Options struct {
 	// S3 configures the sources that are s3:// URLs; its Logf, RetryFor,
 	// Parallel and MaxAhead default to Remote's.
 	S3 source.S3Options
+	// HF configures the sources that are hf:// URLs (the Hugging Face
+	// Hub): its endpoint, token and local cache come from the caller
+	// (source.HFOptionsFromEnv); Logf, RetryFor, Parallel and MaxAhead
+	// default to Remote's.
+	HF source.HFOptions
 	// CacheDir, if set, keeps the blocks of remote sources on disk too,
 	// across sessions (source.DiskCache), bounded by CacheDirSize bytes.
 	CacheDir     string
@@ -89,8 +95,8 @@ type Session struct {
 	// safetensors view) or "" (none: Container.Warnings says why).
 	ViewPath string
 
-	remote source.HTTPOptions
-	s3     source.S3Options
+	// src configures the remote sources, by scheme.
+	src source.Options
 	// kept are remote sources opened before their turn (a remote folder's
 	// files, classified by their bytes), by their URL without credentials:
 	// openAny takes them rather than opening the object again.
@@ -102,32 +108,31 @@ func (s *Session) Source() source.Source { return s.Sources[0] }
 
 // Open opens and validates what path names: a container file, a model
 // folder, or a folder's weight index (model.safetensors.index.json), with
-// the shards the containers name; or a container at an http://, https://
-// or s3:// URL, with its shards next to it. Its errors are one line that
-// starts with path (a URL without its credentials: source.Redact).
+// the shards the containers name; or any of these at a URL of a scheme of
+// source's table (http://, https://, s3://, hf://), a remote folder being
+// listed where its scheme lists folders. Its errors are one line that
+// starts with path (a URL without its credentials: source.Name).
 func Open(path string, opts Options) (*Session, error) {
-	s := &Session{remote: opts.Remote, s3: opts.S3}
-	if s.remote.Logf == nil {
-		s.remote.Logf = opts.Logf
+	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3, HF: opts.HF}}
+	h, s3, hf := &s.src.HTTP, &s.src.S3, &s.src.HF
+	if h.Logf == nil {
+		h.Logf = opts.Logf
 	}
-	if s.s3.Logf == nil {
-		s.s3.Logf = s.remote.Logf
+	if s3.Logf == nil {
+		s3.Logf = h.Logf
 	}
-	if s.s3.RetryFor == 0 {
-		s.s3.RetryFor = s.remote.RetryFor
+	if hf.Logf == nil {
+		hf.Logf = h.Logf
 	}
-	if s.s3.Parallel == 0 {
-		s.s3.Parallel = s.remote.Parallel
-	}
-	if s.s3.MaxAhead == 0 {
-		s.s3.MaxAhead = s.remote.MaxAhead
-	}
+	s3.RetryFor, hf.RetryFor = cmp.Or(s3.RetryFor, h.RetryFor), cmp.Or(hf.RetryFor, h.RetryFor)
+	s3.Parallel, hf.Parallel = cmp.Or(s3.Parallel, h.Parallel), cmp.Or(hf.Parallel, h.Parallel)
+	s3.MaxAhead, hf.MaxAhead = cmp.Or(s3.MaxAhead, h.MaxAhead), cmp.Or(hf.MaxAhead, h.MaxAhead)
 	if opts.CacheDir != "" && source.IsRemote(path) {
 		disk, err := source.OpenDiskCache(opts.CacheDir, opts.CacheDirSize)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", Name(path), err)
 		}
-		s.remote.Disk, s.s3.Disk = disk, disk
+		h.Disk, s3.Disk, hf.Disk = disk, disk, disk
 	}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()
@@ -146,18 +151,14 @@ func Open(path string, opts Options) (*Session, error) {
 	return s, nil
 }
 
-// IsRemote reports whether path is a URL that Open reads over the
-// network rather than a file or folder.
+// IsRemote reports whether path is a URL, which Open reads over the
+// network (or refuses, for a scheme ztfs has no source for), rather than
+// a file or folder.
 func IsRemote(path string) bool { return source.IsRemote(path) }
 
 // Name is how path is named in messages, the manifest and logs: a URL
-// without its credentials and query (source.Redact), a path as given.
-func Name(path string) string {
-	if source.IsRemote(path) {
-		return source.Redact(path)
-	}
-	return path
-}
+// without its credentials and query (source.Name), a path as given.
+func Name(path string) string { return source.Name(path) }
 
 // openPath opens a folder, an index or a container file.
 func (s *Session) openPath(path string, opts Options) error {
@@ -188,35 +189,40 @@ func (s *Session) openPath(path string, opts Options) error {
 	return s.open(src, path, opts)
 }
 
-// openURL opens what an http://, https:// or s3:// URL names: a
-// container file, a folder's weight index, or an S3 prefix, which is a
-// folder (remotefolder.go).
+// openURL opens what a URL names (source.Stat): a container file, a
+// folder's weight index, or a folder of a scheme that lists them (an S3
+// prefix, a Hugging Face repository), remotefolder.go.
 func (s *Session) openURL(rawURL string, opts Options) error {
-	folder := strings.HasSuffix(source.Redact(rawURL), "/")
-	if source.IsS3URL(rawURL) && folder {
-		return s.openS3Folder(rawURL, opts)
+	e, err := source.Stat(context.Background(), rawURL, &s.src)
+	if err != nil {
+		return withoutName(err, Name(rawURL))
 	}
-	err := s.openURLFile(rawURL, opts)
-	if err != nil && folder {
+	if e.Folder && source.HasListing(e.URL) {
+		return s.openListedURL(e.URL, opts)
+	}
+	err = s.openURLFile(e, opts)
+	if err != nil && e.Folder {
 		return fmt.Errorf("%w (HTTP has no listing: a folder over HTTP is mounted by its index, %smodel.safetensors.index.json for instance)", err, Name(rawURL))
 	}
 	return err
 }
 
-// openURLFile opens the file at an http://, https:// or s3:// URL: a
-// container, a folder's weight index, or, over S3, an object's key that
-// is a prefix.
-func (s *Session) openURLFile(rawURL string, opts Options) error {
-	src, err := s.openAny(rawURL, opts.Guard)
+// openURLFile opens the file e a URL names: a container, a folder's
+// weight index, or, where the scheme says a missing file may be a folder
+// (an S3 key that is a prefix), that folder.
+func (s *Session) openURLFile(e source.Entry, opts Options) error {
+	rawURL := e.URL
+	src, err := s.openEntry(e)
 	if err != nil {
-		return s.orS3Folder(rawURL, err, opts)
+		return s.orFolder(rawURL, err, opts)
 	}
+	s.Sources = append(s.Sources, src)
 	format, err := detect.Sniff(src, src.Size())
 	if err != nil {
 		return err
 	}
 	if format == "" {
-		switch x, err := readIndexFrom(baseName(rawURL), src); {
+		switch x, err := readIndexFrom(source.Base(rawURL), src); {
 		case err == nil:
 			return s.openRemoteIndex(rawURL, src, x, opts)
 		case !errors.Is(err, errNotIndex):
@@ -399,15 +405,7 @@ func (e *trimmedError) Unwrap() error { return e.err }
 // locate returns where shard sh of a container read from root is: next
 // to it, a path or a URL as root is.
 func locate(sh *formats.Shard, root string) string {
-	if !source.IsRemote(root) {
-		return sh.Locate(root)
-	}
-	u, err := url.Parse(root)
-	if err != nil {
-		return sh.Locate(root)
-	}
-	u.Path, u.RawPath = sh.Locate(u.Path), ""
-	return u.String()
+	return source.MapPath(root, sh.Locate)
 }
 
 // opened returns the sources that are open: all but shards that could not

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 // splitName is how gguf-split (and llama.cpp's loader) names the files of
@@ -24,7 +25,7 @@ func splitSet(c *formats.Container, path string, size int64) (*weightIndex, erro
 	if !ok || count <= 1 {
 		return nil, nil
 	}
-	base := baseName(path)
+	base := source.Base(path)
 	m := splitName.FindStringSubmatch(base)
 	if m == nil {
 		return nil, fmt.Errorf("a split of a %d-file GGUF model, but its name is not <prefix>-00001-of-%05d.gguf, the only way to find the other files", count, count)

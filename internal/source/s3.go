@@ -48,10 +48,6 @@ func IsS3URL(arg string) bool {
 	return strings.HasPrefix(strings.ToLower(arg), "s3://")
 }
 
-// IsRemote reports whether arg names a remote source: an http://,
-// https:// or s3:// URL. Redact gives its name in messages.
-func IsRemote(arg string) bool { return IsURL(arg) || IsS3URL(arg) }
-
 // S3 is a source that is an object of an S3 bucket, on AWS or on an
 // S3-compatible server, read with the AWS SDK for Go v2.
 //

@@ -3,8 +3,11 @@
 // to it, so that a mount never serves bytes of two versions. There is one
 // implementation of Source per kind of location: a local file (File, with
 // its read lease and its change watcher), a file on an HTTP(S) server
-// (HTTP, read with range requests pinned to the version opened) and an
-// object of an S3 bucket (S3, likewise, through the AWS SDK).
+// (HTTP, read with range requests pinned to the version opened), an
+// object of an S3 bucket (S3, likewise, through the AWS SDK) and a file of
+// a Hugging Face Hub repository (HF, pinned to a commit). A URL's scheme
+// chooses its kind in one table (scheme.go), which the session and the
+// commands go through.
 package source
 
 import (

@@ -39,6 +39,9 @@ type Options struct {
 	// FollowSymlinks lets a model folder's symlinks lead anywhere
 	// (session.Options.FollowSymlinks).
 	FollowSymlinks bool
+	// Sources configures remote sources (session.Options' Remote, S3,
+	// HF, CacheDir and CacheDirSize); its other fields are set by File.
+	Sources session.Options
 }
 
 // Progress follows a run in bytes: those it will hash or read, and those
@@ -75,8 +78,9 @@ func File(path string, opts Options) (*Report, error) {
 		opts.Progress = noProgress{}
 	}
 	notes := &noteLog{}
-	s, err := session.Open(path, session.Options{CacheSize: opts.CacheSize, Verify: pipeline.VerifyNone,
-		NPYFloat16: opts.NPYFloat16, Logf: notes.logf, FollowSymlinks: opts.FollowSymlinks})
+	so := opts.Sources
+	so.CacheSize, so.Verify, so.NPYFloat16, so.Logf, so.FollowSymlinks = opts.CacheSize, pipeline.VerifyNone, opts.NPYFloat16, notes.logf, opts.FollowSymlinks
+	s, err := session.Open(path, so)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +143,7 @@ func (v *verifier) run(path string) *Report {
 		r.FormatVersion = &version
 	}
 	digests := Digests(c)
+	digests = append(digests, v.contentDigests(digests)...)
 	for _, d := range digests {
 		for _, cv := range d.Covers {
 			v.digestOf[cv.Component] = d
@@ -254,8 +259,12 @@ func (v *verifier) shardProblems(t *formats.Tensor) []Problem {
 			continue
 		}
 		seen[c.Source] = true
+		name := v.s.Tree.Source(c.Source).Shard
+		if name == "" {
+			name = source.Base(v.s.Tree.Source(c.Source).Path)
+		}
 		out = append(out, Problem{DigestMismatch, fmt.Sprintf("tensor %q: component %q: stored in shard %q, whose digest check failed: %s",
-			t.Name, c.Role, v.s.Tree.Source(c.Source).Shard, res.Error)})
+			t.Name, c.Role, name, res.Error)})
 	}
 	return out
 }
@@ -542,6 +551,29 @@ func (l *noteLog) list() []string {
 	out := append([]string{}, l.notes...)
 	if l.dropped > 0 {
 		out = append(out, fmt.Sprintf("%d more notes left out", l.dropped))
+	}
+	return out
+}
+
+// contentDigests returns the digests of whole source files that their
+// source knows though the container records none: the sha256 a Hugging
+// Face Hub listing gives each LFS file (source.HF.ContentSHA256). Each is
+// checked as a shard's whole-file digest is, named by the file's name.
+func (v *verifier) contentDigests(recorded []*Digest) []*Digest {
+	whole := map[int]bool{}
+	for _, d := range recorded {
+		if d.Shard != "" {
+			whole[d.Source] = true
+		}
+	}
+	var out []*Digest
+	for k, src := range v.s.Sources {
+		cs, ok := src.(interface{ ContentSHA256() string })
+		if !ok || cs.ContentSHA256() == "" || whole[k] {
+			continue
+		}
+		out = append(out, &Digest{Text: "sha256:" + cs.ContentSHA256(), Source: k,
+			Region: formats.Region{Length: uint64(src.Size())}, Shard: source.Base(v.s.Tree.Source(k).Path)})
 	}
 	return out
 }
