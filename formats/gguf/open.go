@@ -7,7 +7,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/cborjson"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // MetadataFile is the name of the root file holding every key-value pair.
@@ -50,13 +50,13 @@ func (f *File) Container() *formats.Container {
 }
 
 // plainDTypes maps the plain ggml types to dtypes.
-var plainDTypes = map[ggml.Type]formats.DType{
-	ggml.F32: formats.F32, ggml.F16: formats.F16, ggml.BF16: formats.BF16, ggml.F64: formats.F64,
-	ggml.I8: formats.I8, ggml.I16: formats.I16, ggml.I32: formats.I32, ggml.I64: formats.I64,
+var plainDTypes = map[ggmltype.Type]formats.DType{
+	ggmltype.F32: formats.F32, ggmltype.F16: formats.F16, ggmltype.BF16: formats.BF16, ggmltype.F64: formats.F64,
+	ggmltype.I8: formats.I8, ggmltype.I16: formats.I16, ggmltype.I32: formats.I32, ggmltype.I64: formats.I64,
 }
 
 // Layout returns the layout name of a quantized ggml type: "gguf_q4_k".
-func Layout(info ggml.Info) string { return "gguf_" + strings.ToLower(info.Name) }
+func Layout(info ggmltype.Info) string { return "gguf_" + strings.ToLower(info.Name) }
 
 func (f *File) tensor(ti TensorInfo) *formats.Tensor {
 	shape := make([]uint64, len(ti.NE))

@@ -10,7 +10,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 var le = binary.LittleEndian
@@ -43,8 +43,8 @@ type TensorInfo struct {
 	Name string
 	// NE is the dimensions as stored, fastest-varying first.
 	NE   []uint64
-	Type ggml.Type
-	Info ggml.Info
+	Type ggmltype.Type
+	Info ggmltype.Info
 	// Offset is relative to the data section, as stored.
 	Offset uint64
 	// Elements is the product of NE; Bytes the stored size.
@@ -448,8 +448,8 @@ func (f *File) readTensorInfos(c *cursor, n uint64) error {
 		if ti.Offset, err = c.u64("offset"); err != nil {
 			return formats.InTensor(name, err)
 		}
-		ti.Type = ggml.Type(typ)
-		if ti.Info, err = ggml.Lookup(ti.Type); err != nil {
+		ti.Type = ggmltype.Type(typ)
+		if ti.Info, err = ggmltype.Lookup(ti.Type); err != nil {
 			return formats.InTensor(name, formats.Unsupported("type id %d: %v", typ, err))
 		}
 		// Every dimension and every partial product must stay within

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // attrs reads the attributes a profile requires; every failure breaks the
@@ -400,7 +400,7 @@ func (o *v2Object) gguf(t *formats.Tensor, n uint64) error {
 		return nil
 	}
 	name := strings.TrimSuffix(strings.TrimPrefix(o.layout, "gguf."), "/1")
-	typ, info, ok := ggml.ByName(name)
+	typ, info, ok := ggmltype.ByName(name)
 	switch {
 	case !ok:
 		t.Unsupported = fmt.Sprintf("layout %s: ggml has no type %q that ztfs knows (part \"data\" holds its blocks as stored)", o.layout, name)

@@ -22,7 +22,7 @@ import (
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv/faultfs"
 	"github.com/ztfs/ztfs/internal/tree"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // faultCase is a container file for the failing-storage tests: victims are
@@ -102,7 +102,7 @@ func writeFaultGGUF(t *testing.T, path string) {
 	type tensor struct {
 		name string
 		ne   []uint64
-		typ  ggml.Type
+		typ  ggmltype.Type
 		data []byte
 	}
 	q8 := make([]byte, 0, 4096*34)
@@ -111,10 +111,10 @@ func writeFaultGGUF(t *testing.T, path string) {
 		q8 = append(q8, randomBytes(rng, 32)...)
 	}
 	tensors := []tensor{
-		{"a", []uint64{256, 256}, ggml.F32, randomBytes(rng, 256<<10)},
-		{"b", []uint64{256, 256}, ggml.F32, randomBytes(rng, 256<<10)},
-		{"q", []uint64{512, 256}, ggml.Q8_0, q8},
-		{"c", []uint64{256, 256}, ggml.F32, randomBytes(rng, 256<<10)},
+		{"a", []uint64{256, 256}, ggmltype.F32, randomBytes(rng, 256<<10)},
+		{"b", []uint64{256, 256}, ggmltype.F32, randomBytes(rng, 256<<10)},
+		{"q", []uint64{512, 256}, ggmltype.Q8_0, q8},
+		{"c", []uint64{256, 256}, ggmltype.F32, randomBytes(rng, 256<<10)},
 	}
 	const align = 32
 	var b bytes.Buffer

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // ggmlDequantized produces the float32 elements of a tensor stored as ggml
@@ -17,8 +18,8 @@ import (
 // axis and rows are whole blocks), so element k is in block k/BlockSize and
 // any range of the output needs only the contiguous blocks it covers.
 type ggmlDequantized struct {
-	typ       ggml.Type
-	info      ggml.Info
+	typ       ggmltype.Type
+	info      ggmltype.Info
 	data      Reader
 	total     int64 // output bytes
 	blockSize int64
@@ -30,7 +31,7 @@ const ggmlBlocksPerStep = 4096
 
 // newGGMLDequantized checks l against t's shape and the size of its data.
 func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) (Reader, error), blockSize int64) (*ggmlDequantized, error) {
-	info, err := ggml.Lookup(ggml.Type(l.Type))
+	info, err := ggmltype.Lookup(ggmltype.Type(l.Type))
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +64,7 @@ func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) 
 	if uint64(have) != nbytes {
 		return nil, fmt.Errorf("component %q holds %d bytes, %d %s blocks of %d bytes need %d", l.Role, have, n/bs, info.Name, ts, nbytes)
 	}
-	return &ggmlDequantized{typ: ggml.Type(l.Type), info: info, data: data, total: int64(n) * 4, blockSize: blockSize}, nil
+	return &ggmlDequantized{typ: ggmltype.Type(l.Type), info: info, data: data, total: int64(n) * 4, blockSize: blockSize}, nil
 }
 
 func (g *ggmlDequantized) size() (int64, error) { return g.total, nil }

@@ -4,42 +4,43 @@ import (
 	"encoding/binary"
 
 	"github.com/ztfs/ztfs/quant"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // blockKernel returns the kernel of a legacy, k-, ternary or fp4 type.
-func blockKernel(t Type) kernel {
+func blockKernel(t ggmltype.Type) kernel {
 	switch t {
-	case Q4_0:
+	case ggmltype.Q4_0:
 		return dequantQ4_0
-	case Q4_1:
+	case ggmltype.Q4_1:
 		return dequantQ4_1
-	case Q5_0:
+	case ggmltype.Q5_0:
 		return dequantQ5_0
-	case Q5_1:
+	case ggmltype.Q5_1:
 		return dequantQ5_1
-	case Q8_0:
+	case ggmltype.Q8_0:
 		return dequantQ8_0
-	case Q1_0:
+	case ggmltype.Q1_0:
 		return dequantQ1_0
-	case Q2_0:
+	case ggmltype.Q2_0:
 		return dequantQ2_0
-	case Q2_K:
+	case ggmltype.Q2_K:
 		return dequantQ2_K
-	case Q3_K:
+	case ggmltype.Q3_K:
 		return dequantQ3_K
-	case Q4_K:
+	case ggmltype.Q4_K:
 		return dequantQ4_K
-	case Q5_K:
+	case ggmltype.Q5_K:
 		return dequantQ5_K
-	case Q6_K:
+	case ggmltype.Q6_K:
 		return dequantQ6_K
-	case TQ1_0:
+	case ggmltype.TQ1_0:
 		return dequantTQ1_0
-	case TQ2_0:
+	case ggmltype.TQ2_0:
 		return dequantTQ2_0
-	case MXFP4:
+	case ggmltype.MXFP4:
 		return dequantMXFP4
-	case NVFP4:
+	case ggmltype.NVFP4:
 		return dequantNVFP4
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/ztfs/ztfs/quant"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // The i-quants ("importance" quants) replace the k-quants' arithmetic codes
@@ -15,25 +16,25 @@ import (
 // computing it in float32 in any order gives ggml's values bit for bit.
 
 // iqKernel returns the kernel of an i-quant type, or nil for any other.
-func iqKernel(t Type) kernel {
+func iqKernel(t ggmltype.Type) kernel {
 	switch t {
-	case IQ2_XXS:
+	case ggmltype.IQ2_XXS:
 		return dequantIQ2XXS
-	case IQ2_XS:
+	case ggmltype.IQ2_XS:
 		return dequantIQ2XS
-	case IQ2_S:
+	case ggmltype.IQ2_S:
 		return dequantIQ2S
-	case IQ3_XXS:
+	case ggmltype.IQ3_XXS:
 		return dequantIQ3XXS
-	case IQ3_S:
+	case ggmltype.IQ3_S:
 		return dequantIQ3S
-	case IQ1_S:
+	case ggmltype.IQ1_S:
 		return dequantIQ1S
-	case IQ1_M:
+	case ggmltype.IQ1_M:
 		return dequantIQ1M
-	case IQ4_NL:
+	case ggmltype.IQ4_NL:
 		return dequantIQ4NL
-	case IQ4_XS:
+	case ggmltype.IQ4_XS:
 		return dequantIQ4XS
 	}
 	return nil

@@ -1,9 +1,9 @@
-// Package ggml holds the block formats of ggml, the tensor library of
-// llama.cpp, whose GGUF files and zTensor v2 gguf.<type>/1 parts store
-// them: each type's block size and bytes per block, and its dequantization
-// to float32, bit-exact with ggml's reference (docs/formats/gguf.md says why that
-// is possible: every product in it is exact in float32).
-package ggml
+// Package ggmltype is the table of ggml's tensor types, as GGUF files and
+// zTensor v2 gguf.<type>/1 parts name them: each type's id, name, block
+// size and bytes per block. It is what a format reader may know of ggml;
+// the dequantization of the blocks is quant/ggml's, which only the
+// pipeline calls.
+package ggmltype
 
 import (
 	"fmt"
@@ -134,42 +134,4 @@ func ByName(name string) (Type, Info, bool) {
 		}
 	}
 	return 0, Info{}, false
-}
-
-// Dequantize decodes the whole blocks of type t in src into dst, one
-// float32 per element (len(dst) = len(src)/TypeSize*BlockSize). Plain types
-// are not handled here (they are served as elements).
-func Dequantize(t Type, dst []float32, src []byte) error {
-	info, err := Lookup(t)
-	if err != nil {
-		return err
-	}
-	if info.Plain {
-		return fmt.Errorf("%s is a plain type: it is not dequantized", info.Name)
-	}
-	if info.NoDequantize != "" {
-		return fmt.Errorf("%s", info.NoDequantize)
-	}
-	if len(src)%info.TypeSize != 0 || len(dst) != len(src)/info.TypeSize*info.BlockSize {
-		return fmt.Errorf("%s: %d bytes are not whole blocks for %d values", info.Name, len(src), len(dst))
-	}
-	kernel := kernels(t)
-	if kernel == nil {
-		return fmt.Errorf("%s: no dequantization", info.Name)
-	}
-	for b := 0; b < len(src)/info.TypeSize; b++ {
-		kernel(dst[b*info.BlockSize:(b+1)*info.BlockSize], src[b*info.TypeSize:(b+1)*info.TypeSize])
-	}
-	return nil
-}
-
-// kernel dequantizes one block.
-type kernel func(dst []float32, block []byte)
-
-// kernels returns the block kernel of a type that ggml dequantizes.
-func kernels(t Type) kernel {
-	if k := blockKernel(t); k != nil {
-		return k
-	}
-	return iqKernel(t)
 }
