@@ -5,7 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/quant"
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
 
 // Magic starts every MCF file.
@@ -208,13 +208,13 @@ func mul(a, b uint64) (uint64, bool) {
 
 // Quant returns the payload layout of a quantized dtype code (q8, q4, k6,
 // k4, k3, k2) for a [rows, cols] tensor, with overflow-checked arithmetic;
-// the geometry itself is quant.LayoutMCF's, which the quantizer writes by.
+// the geometry itself is quant/mcflayout's, which the quantizer writes by.
 func Quant(code uint16, rows, cols uint64) (QuantLayout, error) {
 	info, ok := dtypeTable[code]
 	if !ok || (info.family != famQ && info.family != famK) {
 		return QuantLayout{}, fmt.Errorf("dtype %s is not a block-quantized type", dtypeLabel(uint32(code)))
 	}
-	q, err := quant.LayoutMCF(info.name, rows, cols)
+	q, err := mcflayout.Of(info.name, rows, cols)
 	if err != nil {
 		return QuantLayout{}, err
 	}
