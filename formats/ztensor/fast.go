@@ -6,9 +6,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/x448/float16"
+
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/cborjson"
-	"github.com/ztfs/ztfs/quant"
 )
 
 // The fast path reads a v1.1 manifest straight into the model, without the
@@ -277,7 +278,7 @@ func (r *reader) value() (any, bool) {
 		case 22, 23:
 			return nil, true
 		case 25:
-			return cborjson.Value(float64(quant.F16ToF32(uint16(v)))), true
+			return cborjson.Value(float64(float16.Frombits(uint16(v)).Float32())), true
 		case 26:
 			return cborjson.Value(float64(math.Float32frombits(uint32(v)))), true
 		case 27:
