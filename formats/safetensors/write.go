@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
 // TensorSpec describes one tensor for Write.
@@ -130,7 +131,7 @@ func encodeHeader(metadata map[string]string, order []TensorSpec) ([]byte, error
 	b := make([]byte, 8, 64+64*len(order))
 	b = append(b, '{')
 	if len(metadata) > 0 {
-		b = appendString(b, metadataKey)
+		b = cborjson.AppendString(b, metadataKey, cborjson.Serde)
 		b = append(b, ':', '{')
 		keys := make([]string, 0, len(metadata))
 		for k := range metadata {
@@ -141,9 +142,9 @@ func encodeHeader(metadata map[string]string, order []TensorSpec) ([]byte, error
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = cborjson.AppendString(b, k, cborjson.Serde)
 			b = append(b, ':')
-			b = appendString(b, metadata[k])
+			b = cborjson.AppendString(b, metadata[k], cborjson.Serde)
 		}
 		b = append(b, '}')
 	}
@@ -153,9 +154,9 @@ func encodeHeader(metadata map[string]string, order []TensorSpec) ([]byte, error
 			b = append(b, ',')
 		}
 		name, _ := DTypeName(t.DType)
-		b = appendString(b, t.Name)
+		b = cborjson.AppendString(b, t.Name, cborjson.Serde)
 		b = append(b, `:{"dtype":`...)
-		b = appendString(b, name)
+		b = cborjson.AppendString(b, name, cborjson.Serde)
 		b = append(b, `,"shape":[`...)
 		for j, d := range t.Shape {
 			if j > 0 {

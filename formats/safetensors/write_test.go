@@ -399,30 +399,3 @@ func TestWriteStreams(t *testing.T) {
 		t.Fatalf("allocated %d bytes for a streamed tensor", grew)
 	}
 }
-
-// TestAppendString checks the serde_json spelling of strings and that
-// encoding/json reads it back.
-func TestAppendString(t *testing.T) {
-	tests := map[string]string{
-		"":                 `""`,
-		"plain.name/0":     `"plain.name/0"`,
-		`q"b\`:             `"q\"b\\"`,
-		"\b\t\n\f\r":       `"\b\t\n\f\r"`,
-		"\x00\x01\x1f\x7f": `"\u0000\u0001\u001f` + "\x7f" + `"`,
-		"<>&\u2028é☃😀":     "\"<>&\u2028é☃😀\"",
-	}
-	for in, want := range tests {
-		if got := string(appendString(nil, in)); got != want {
-			t.Errorf("appendString(%q) = %s, want %s", in, got, want)
-		}
-	}
-	var all []byte
-	for c := range 128 {
-		all = append(all, byte(c))
-	}
-	all = append(all, "é☃😀\u2028\uFFFD"...)
-	var back string
-	if err := json.Unmarshal(appendString(nil, string(all)), &back); err != nil || back != string(all) {
-		t.Fatalf("round trip: %q, %v", back, err)
-	}
-}
