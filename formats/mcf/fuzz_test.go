@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // FuzzOpen runs the whole reader on arbitrary files, seeded with every
@@ -33,7 +34,7 @@ func FuzzOpen(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, file []byte) {
-		c, err := open(file)
+		c, err := formatstest.OpenBytes(Open, file)
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("multi-line error %q", err)
@@ -108,7 +109,7 @@ func checkInvariants(t *testing.T, c *formats.Container, size uint64) {
 // strings, JSON-ready output, and decode(encode(m)) == m.
 func FuzzModelInfo(f *testing.F) {
 	for _, name := range []string{"tiny_f32.mcf", "tiny_k4.mcf"} {
-		b := readFixture(f, name)
+		b := formatstest.ReadFixture(f, "mcf", name)
 		l := layoutOf(f, b)
 		s := l.sections[SectionModelInfo]
 		f.Add(b[s[0] : s[0]+s[1]])

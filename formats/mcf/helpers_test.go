@@ -4,38 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // fixtureDir is the MCF corpus (testdata/mcf/README.md says where it comes
 // from).
-var fixtureDir = filepath.Join("..", "..", "testdata", "mcf")
-
-func readFixture(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtureDir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func open(b []byte) (*formats.Container, error) {
-	return Open(bytes.NewReader(b), int64(len(b)))
-}
-
-func mustOpen(t testing.TB, b []byte) *formats.Container {
-	t.Helper()
-	c, err := open(b)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return c
-}
+var fixtureDir = formatstest.Testdata("mcf")
 
 func tensorByName(c *formats.Container, name string) *formats.Tensor {
 	for _, t := range c.Tensors {

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"io"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // TestTruncation cuts tiny_k4.mcf at every byte: as is (FileSize then
@@ -19,15 +19,15 @@ import (
 // reaches the directory and section checks. Every cut is an error, none a
 // panic.
 func TestTruncation(t *testing.T) {
-	b := readFixture(t, "tiny_k4.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
 	for n := 0; n < len(b); n++ {
 		cut := bytes.Clone(b[:n])
-		if _, err := open(cut); err == nil {
+		if _, err := formatstest.OpenBytes(Open, cut); err == nil {
 			t.Fatalf("cut at %d accepted", n)
 		}
 		if n >= 32 {
 			binary.LittleEndian.PutUint64(cut[24:], uint64(n))
-			if _, err := open(cut); err == nil {
+			if _, err := formatstest.OpenBytes(Open, cut); err == nil {
 				t.Fatalf("cut at %d with FileSize patched accepted", n)
 			}
 		}
@@ -298,9 +298,9 @@ func TestHostile(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			base := readFixture(t, tc.base)
+			base := formatstest.ReadFixture(t, "mcf", tc.base)
 			b := tc.patch(base, layoutOf(t, base))
-			c, err := open(b)
+			c, err := formatstest.OpenBytes(Open, b)
 			if tc.phrase == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -373,7 +373,7 @@ func TestNameBytesBound(t *testing.T) {
 		b = put32(b, l.entryField(i, fNameOff), 0)
 		b = put32(b, l.entryField(i, fNameLen), uint32(strSize)-uint32(i))
 	}
-	_, err = open(b)
+	_, err = formatstest.OpenBytes(Open, b)
 	formatstest.Refused(t, err, "MCF", "names total more than the file")
 }
 
@@ -413,7 +413,7 @@ func (r shortReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func TestReadErrors(t *testing.T) {
-	b := readFixture(t, "tiny_k4.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
 	for _, n := range []int64{0, 40, 1000, 3500, 4100, 4200} {
 		_, err := Open(errReader{b, n}, int64(len(b)))
 		if !isReadError(err, "device error") {
@@ -449,23 +449,23 @@ func (r rangeErrReader) ReadAt(p []byte, off int64) (int, error) {
 // TestModelInfoNeverFails: an unreadable or oversized ModelInfo section is
 // reported, not a mount error.
 func TestModelInfoNeverFails(t *testing.T) {
-	b := readFixture(t, "tiny_k4.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
 	c, err := Open(rangeErrReader{b, 40, 272}, int64(len(b)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	modelInfoError("device error")(t, c, b)
 
-	m := decodedModel(t, readFixture(t, "tiny_f32.mcf"))
+	m := decodedModel(t, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 	m.ModelInfo, m.ModelInfoRaw = nil, make([]byte, maxModelInfo+8)
 	big, err := Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c = mustOpen(t, big)
+	c = formatstest.MustOpen(t, Open, big)
 	modelInfoError("more than the 16777216 bytes ztfs decodes")(t, c, big)
 
 	m.ModelInfoRaw = []byte("{}")
 	b, _ = Marshal(m)
-	modelInfoError("2 bytes, shorter than the 88-byte fixed part")(t, mustOpen(t, b), b)
+	modelInfoError("2 bytes, shorter than the 88-byte fixed part")(t, formatstest.MustOpen(t, Open, b), b)
 }

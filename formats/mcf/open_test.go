@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // expectedRow is one row of EXPECTED_tensors.tsv.
@@ -129,8 +129,8 @@ func TestValidFixtures(t *testing.T) {
 	for _, name := range files {
 		rows := expected[name]
 		t.Run(name, func(t *testing.T) {
-			b := readFixture(t, name)
-			c := mustOpen(t, b)
+			b := formatstest.ReadFixture(t, "mcf", name)
+			c := formatstest.MustOpen(t, Open, b)
 			wantVersion := "1.1"
 			if name == "invalid/minor_7_ok.mcf" {
 				wantVersion = "1.7"
@@ -317,7 +317,7 @@ func checkFiles(t *testing.T, c *formats.Container, b []byte, name string) {
 // (testdata/mcf/README.md, docs/formats/mcf.md "ModelInfo"), through the
 // manifest attributes and model_info.json.
 func TestModelInfoWorkedExample(t *testing.T) {
-	b := readFixture(t, "tiny_f32.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf")
 	raw := b[1016 : 1016+232]
 	mi, err := DecodeModelInfo(raw)
 	if err != nil {
@@ -339,7 +339,7 @@ func TestModelInfoWorkedExample(t *testing.T) {
 		t.Fatalf("re-encoded ModelInfo differs (%v):\n%x\n%x", err, enc, raw)
 	}
 
-	c := mustOpen(t, b)
+	c := formatstest.MustOpen(t, Open, b)
 	wantJSON := map[string]any{
 		"version": uint64(1), "flags": uint64(0), "arch": uint64(1), "arch_name": "llama",
 		"vocab_size": uint64(8), "hidden_size": uint64(40), "layer_count": uint64(1), "head_count": uint64(2),
@@ -366,7 +366,7 @@ func TestModelInfoWorkedExample(t *testing.T) {
 // TestContainerAttributes checks the header, section list and
 // quantization summary of two fixtures.
 func TestContainerAttributes(t *testing.T) {
-	c := mustOpen(t, readFixture(t, "tiny_f32.mcf"))
+	c := formatstest.MustOpen(t, Open, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 	h := c.Attributes["header"].(map[string]any)
 	if h["major"] != uint64(1) || h["minor"] != uint64(1) || h["flags"] != uint64(1) || h["section_dir_offset"] != uint64(8640) ||
 		h["file_size"] != uint64(8856) || h["header_size"] != uint64(40) || h["section_count"] != uint64(9) {
@@ -398,7 +398,7 @@ func TestContainerAttributes(t *testing.T) {
 		t.Errorf("warnings %v", c.Warnings)
 	}
 
-	c = mustOpen(t, readFixture(t, "tiny_k4.mcf"))
+	c = formatstest.MustOpen(t, Open, formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf"))
 	q = c.Attributes["quantization"].(map[string]any)
 	wantQ := map[string]any{
 		"quantized_tensors": uint64(5), "by_dtype": map[string]any{"k4": uint64(5)}, "aligned64": true,
@@ -482,13 +482,13 @@ func TestInvalidFixtures(t *testing.T) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			b := readFixture(t, filepath.Join("invalid", name))
-			c, err := open(b)
+			b := formatstest.ReadFixture(t, "mcf", filepath.Join("invalid", name))
+			c, err := formatstest.OpenBytes(Open, b)
 			if phrase == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
-				ref := mustOpen(t, readFixture(t, "tiny_f32.mcf"))
+				ref := formatstest.MustOpen(t, Open, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 				if c.FormatVersion != "1.7" || len(c.Tensors) != len(ref.Tensors) {
 					t.Fatalf("version %q, %d tensors", c.FormatVersion, len(c.Tensors))
 				}
@@ -525,7 +525,7 @@ func TestSniff(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"tiny_f32.mcf", "tiny_k4.mcf"} {
-		if !Sniff(readFixture(t, name)[:64]) {
+		if !Sniff(formatstest.ReadFixture(t, "mcf", name)[:64]) {
 			t.Errorf("Sniff(%s) = false", name)
 		}
 	}

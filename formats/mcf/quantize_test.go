@@ -3,6 +3,8 @@ package mcf
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // Packing tiny_f32.mcf's tensors quantized by Quantize (the reference
@@ -10,7 +12,7 @@ import (
 // QuantInfo records with their clip bounds, and the layout of `mantle
 // quantize`. Likewise QuantizeBare and `pack --quant-embed`.
 func TestQuantizeReproducesFixtures(t *testing.T) {
-	source := decodedModel(t, readFixture(t, "tiny_f32.mcf"))
+	source := decodedModel(t, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 	for _, method := range []string{"q8", "q4", "k4", "k2"} {
 		t.Run(method, func(t *testing.T) {
 			m := source
@@ -27,7 +29,7 @@ func TestQuantizeReproducesFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := readFixture(t, "tiny_"+method+".mcf")
+			want := formatstest.ReadFixture(t, "mcf", "tiny_"+method+".mcf")
 			if !bytes.Equal(got, want) {
 				t.Fatalf("differs from tiny_%s.mcf: %d bytes, want %d, first difference at %d", method, len(got), len(want), firstDiff(got, want))
 			}
@@ -51,7 +53,7 @@ func TestQuantizeReproducesFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := readFixture(t, "tiny_quantembed_"+kind+".mcf")
+			want := formatstest.ReadFixture(t, "mcf", "tiny_quantembed_"+kind+".mcf")
 			if !bytes.Equal(got, want) {
 				t.Fatalf("differs from tiny_quantembed_%s.mcf at byte %d", kind, firstDiff(got, want))
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // decodedModel rebuilds a Model from what Open reports about a file: each
@@ -17,7 +18,7 @@ import (
 // its fields (so the encoder is exercised, not a byte copy).
 func decodedModel(t *testing.T, b []byte) Model {
 	t.Helper()
-	c := mustOpen(t, b)
+	c := formatstest.MustOpen(t, Open, b)
 	var m Model
 	for _, x := range c.Tensors {
 		ext := storedExtent(x)
@@ -80,7 +81,7 @@ func TestRepackFixtures(t *testing.T) {
 		{"tiny_k2.mcf", quantize},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			b := readFixture(t, tc.file)
+			b := formatstest.ReadFixture(t, "mcf", tc.file)
 			m := decodedModel(t, b)
 			if tc.opts != nil {
 				tc.opts(&m)
@@ -96,18 +97,18 @@ func TestRepackFixtures(t *testing.T) {
 	}
 	// tiny_f32.mcf's tensors in another order and the pack defaults spelled
 	// out give the same file; Align -1 is like 1.
-	m := decodedModel(t, readFixture(t, "tiny_f32.mcf"))
+	m := decodedModel(t, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 	m.Tensors[0], m.Tensors[6] = m.Tensors[6], m.Tensors[0]
 	m.Align, m.Minor = 64, CurrentMinor
-	if got, _ := Marshal(m); !bytes.Equal(got, readFixture(t, "tiny_f32.mcf")) {
+	if got, _ := Marshal(m); !bytes.Equal(got, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf")) {
 		t.Error("reordered tensors change the file")
 	}
 	m.Align = -1
-	if got, _ := Marshal(m); !bytes.Equal(got, readFixture(t, "tiny_f32_align1.mcf")) {
+	if got, _ := Marshal(m); !bytes.Equal(got, formatstest.ReadFixture(t, "mcf", "tiny_f32_align1.mcf")) {
 		t.Error("Align -1 differs from tiny_f32_align1.mcf")
 	}
 	// The ModelInfo section copied verbatim.
-	b := readFixture(t, "tiny_k4.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
 	m = decodedModel(t, b)
 	m.ModelInfoRaw, m.ModelInfo = b[40:40+232], nil
 	quantize(&m)
@@ -171,7 +172,7 @@ func TestWriteOpenAllDTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mustOpen(t, b)
+	c := formatstest.MustOpen(t, Open, b)
 	if len(c.Tensors) != len(m.Tensors) {
 		t.Fatalf("%d tensors", len(c.Tensors))
 	}
@@ -236,7 +237,7 @@ func TestWriteOpenAllDTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c = mustOpen(t, b)
+	c = formatstest.MustOpen(t, Open, b)
 	if c.Attributes["header"].(map[string]any)["flags"] != uint64(0) {
 		t.Error("unaligned file has the alignment flag")
 	}
@@ -270,7 +271,7 @@ func TestWriteDedup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mustOpen(t, b)
+	c := formatstest.MustOpen(t, Open, b)
 	off := map[string]uint64{}
 	for _, x := range c.Tensors {
 		off[x.Name] = storedExtent(x).Offset
@@ -292,7 +293,7 @@ func TestWriteDedup(t *testing.T) {
 	}
 	m.NoDedup = true
 	b, _ = Marshal(m)
-	c = mustOpen(t, b)
+	c = formatstest.MustOpen(t, Open, b)
 	if _, ok := tensorByName(c, "a").Attributes["shares_data_with"]; ok {
 		t.Error("NoDedup still aliases")
 	}

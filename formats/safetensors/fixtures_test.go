@@ -3,7 +3,6 @@ package safetensors
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // rejectReasons gives, for every fixture ztfs must reject, a phrase the
@@ -100,8 +100,8 @@ func TestFixturesExpected(t *testing.T) {
 	for _, row := range rows {
 		listed[row.file] = true
 		t.Run(row.file, func(t *testing.T) {
-			file := readFixture(t, row.file)
-			c, err := openBytes(file)
+			file := formatstest.ReadFixture(t, "safetensors", row.file)
+			c, err := formatstest.OpenBytes(Open, file)
 			switch row.ztfs {
 			case "open":
 				if err != nil {
@@ -239,8 +239,8 @@ func TestFixtureTensors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			file := readFixture(t, tt.file)
-			c := mustOpen(t, file)
+			file := formatstest.ReadFixture(t, "safetensors", tt.file)
+			c := formatstest.MustOpen(t, Open, file)
 			checkInvariants(t, c, file)
 			if len(c.Tensors) != len(tt.tensors) {
 				t.Fatalf("%d tensors, want %d", len(c.Tensors), len(tt.tensors))
@@ -281,7 +281,7 @@ func TestFixtureMetadata(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			c := mustOpen(t, readFixture(t, tt.file))
+			c := formatstest.MustOpen(t, Open, formatstest.ReadFixture(t, "safetensors", tt.file))
 			if c.Attributes == nil || !reflect.DeepEqual(c.Attributes, tt.want) {
 				t.Fatalf("attributes %#v, want %#v", c.Attributes, tt.want)
 			}
@@ -291,15 +291,15 @@ func TestFixtureMetadata(t *testing.T) {
 
 // TestF6Unsupported checks that F6 tensors offer their stored bytes only.
 func TestF6Unsupported(t *testing.T) {
-	file := readFixture(t, "extra/valid_f6_four_elems.safetensors")
-	tn := find(t, mustOpen(t, file), "a")
+	file := formatstest.ReadFixture(t, "safetensors", "extra/valid_f6_four_elems.safetensors")
+	tn := find(t, formatstest.MustOpen(t, Open, file), "a")
 	if tn.Logical != nil || tn.Unsupported != "F6_E3M2 has no standard bit packing; only the stored bytes are offered" {
 		t.Fatalf("Logical %v, Unsupported %q", tn.Logical, tn.Unsupported)
 	}
 	if got := stored(t, file, tn); string(got) != "\x00\x00\x00" {
 		t.Fatalf("stored bytes %x", got)
 	}
-	tn = find(t, mustOpen(t, readFixture(t, "extra/valid_all_current_dtypes.safetensors")), "t02_F6_E2M3")
+	tn = find(t, formatstest.MustOpen(t, Open, formatstest.ReadFixture(t, "safetensors", "extra/valid_all_current_dtypes.safetensors")), "t02_F6_E2M3")
 	if tn.Unsupported != "F6_E2M3 has no standard bit packing; only the stored bytes are offered" {
 		t.Fatalf("Unsupported %q", tn.Unsupported)
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // FuzzOpen checks that Open never panics and that whatever it accepts
@@ -18,7 +20,7 @@ func FuzzOpen(f *testing.F) {
 			return err
 		}
 		rel, _ := filepath.Rel(fixtureDir, path)
-		f.Add(readFixture(f, rel))
+		f.Add(formatstest.ReadFixture(f, "safetensors", rel))
 		return nil
 	})
 	if err != nil {
@@ -35,7 +37,7 @@ func FuzzOpen(f *testing.F) {
 	f.Add(mkfile(`{`+int4+`,"k.scales":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"k.q4":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}`, make([]byte, 6)))
 	f.Add(mkfile(`{`+int4+`,"k.scales":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},"k.q4":{"dtype":"U8","shape":[0,9223372036854775808],"data_offsets":[2,2]},"v.q4":{"dtype":"U8","shape":[],"data_offsets":[2,3]}}`, make([]byte, 3)))
 	f.Fuzz(func(t *testing.T, file []byte) {
-		c, err := openBytes(file)
+		c, err := formatstest.OpenBytes(Open, file)
 		if err != nil {
 			if msg := err.Error(); msg == "" || strings.ContainsAny(msg, "\n\r") {
 				t.Fatalf("bad error message %q", msg)
@@ -49,7 +51,7 @@ func FuzzOpen(f *testing.F) {
 		if err := Write(&out, meta, specs); err != nil {
 			t.Fatalf("rewriting: %v", err)
 		}
-		c2, err := openBytes(out.Bytes())
+		c2, err := formatstest.OpenBytes(Open, out.Bytes())
 		if err != nil {
 			t.Fatalf("reopening the rewritten file: %v", err)
 		}

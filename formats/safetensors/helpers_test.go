@@ -4,43 +4,17 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // fixtureDir holds the shared sample files (see its README.md).
-const fixtureDir = "../../testdata/safetensors"
-
-// readFixture returns the bytes of a fixture given relative to fixtureDir.
-func readFixture(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtureDir, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// openBytes opens an in-memory file.
-func openBytes(b []byte) (*formats.Container, error) {
-	return Open(bytes.NewReader(b), int64(len(b)))
-}
-
-// mustOpen opens an in-memory file that must be valid.
-func mustOpen(t testing.TB, b []byte) *formats.Container {
-	t.Helper()
-	c, err := openBytes(b)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return c
-}
+var fixtureDir = formatstest.Testdata("safetensors")
 
 // mkfile assembles a file from a header text and the data buffer.
 func mkfile(header string, data []byte) []byte {

@@ -3,7 +3,6 @@ package safetensors
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"io"
 	"reflect"
 	"runtime"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // f32a is a valid entry for tensor "a": one F32 at [0, 4].
@@ -151,7 +151,7 @@ func hostileCases() []hostileCase {
 func TestHostile(t *testing.T) {
 	for _, tt := range hostileCases() {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := openBytes(tt.file)
+			c, err := formatstest.OpenBytes(Open, tt.file)
 			if err == nil {
 				t.Fatalf("Open succeeded with %d tensors, want an error containing %q", len(c.Tensors), tt.want)
 			}
@@ -199,7 +199,7 @@ func lenientCases() []lenientCase {
 func TestLenient(t *testing.T) {
 	for _, tt := range lenientCases() {
 		t.Run(tt.name, func(t *testing.T) {
-			c := mustOpen(t, tt.file)
+			c := formatstest.MustOpen(t, Open, tt.file)
 			checkInvariants(t, c, tt.file)
 			var names []string
 			for _, tn := range c.Tensors {
@@ -230,7 +230,7 @@ func TestDeepNesting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			_, err := openBytes(mkfile(tt.header, nil))
+			_, err := formatstest.OpenBytes(Open, mkfile(tt.header, nil))
 			formatstest.Refused(t, err, "safetensors", tt.want)
 			if d := time.Since(start); d > 5*time.Second {
 				t.Fatalf("took %v", d)
@@ -343,7 +343,7 @@ func TestReadErrors(t *testing.T) {
 // TestTensorMapping checks the mapping of one tensor in full.
 func TestTensorMapping(t *testing.T) {
 	file := mkfile(`{"__metadata__":{"k":"v"},"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12],"extra":1}}`, make([]byte, 12))
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, Open, file)
 	hdr := uint64(len(file) - 12)
 	want := &formats.Tensor{
 		Name:       "w",
@@ -367,7 +367,7 @@ func TestTensorMapping(t *testing.T) {
 		t.Fatalf("container %+v", c)
 	}
 	// Scalars get a non-nil, empty shape.
-	c = mustOpen(t, mkfile(`{"s":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}`, []byte{7}))
+	c = formatstest.MustOpen(t, Open, mkfile(`{"s":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}`, []byte{7}))
 	if s := c.Tensors[0].Shape; s == nil || len(s) != 0 {
 		t.Fatalf("scalar shape %#v", s)
 	}

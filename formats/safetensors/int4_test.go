@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 const (
@@ -53,7 +54,7 @@ var npyShape = regexp.MustCompile(`'shape': \(([0-9, ]*)\)`)
 // readNPYF32 reads a NumPy 1.0 file of little-endian float32 values.
 func readNPYF32(t *testing.T, rel string) ([]uint64, []float32) {
 	t.Helper()
-	b := readFixture(t, rel)
+	b := formatstest.ReadFixture(t, "safetensors", rel)
 	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" || b[6] != 1 {
 		t.Fatalf("%s: not a NumPy 1.x file", rel)
 	}
@@ -99,8 +100,8 @@ func f32Values(file []byte, tn *formats.Tensor) []float32 {
 // four combined tensors, mapped in full, whose dequantised values equal
 // the expected arrays bit for bit.
 func TestInt4PackedFixture(t *testing.T) {
-	file := readFixture(t, packedFixture)
-	c := mustOpen(t, file)
+	file := formatstest.ReadFixture(t, "safetensors", packedFixture)
+	c := formatstest.MustOpen(t, Open, file)
 	checkInvariants(t, c, file)
 	if c.Warnings != nil {
 		t.Fatalf("warnings %q", c.Warnings)
@@ -108,8 +109,8 @@ func TestInt4PackedFixture(t *testing.T) {
 	if len(c.Tensors) != len(kvNames) {
 		t.Fatalf("%d tensors, want %d", len(c.Tensors), len(kvNames))
 	}
-	input := readFixture(t, f32Fixture)
-	inputC := mustOpen(t, input)
+	input := formatstest.ReadFixture(t, "safetensors", f32Fixture)
+	inputC := formatstest.MustOpen(t, Open, input)
 	// Official-writer order: the four F16 scales [12] from 752, then the U8
 	// codes [1,4,3,32].
 	for i, name := range kvNames {
@@ -165,8 +166,8 @@ func TestInt4PackedFixture(t *testing.T) {
 // with its metadata as attributes, and even a well-formed pair stays two
 // stored tensors.
 func TestInt4KVCompressStaysPlain(t *testing.T) {
-	file := readFixture(t, simFixture)
-	c := mustOpen(t, file)
+	file := formatstest.ReadFixture(t, "safetensors", simFixture)
+	c := formatstest.MustOpen(t, Open, file)
 	checkInvariants(t, c, file)
 	wantAttrs := map[string]any{"compression": "INT4", "group_size": "64", "original_dtype": "float32"}
 	if !reflect.DeepEqual(c.Attributes, wantAttrs) || c.Warnings != nil || len(c.Tensors) != 4 {
@@ -182,7 +183,7 @@ func TestInt4KVCompressStaysPlain(t *testing.T) {
 	q4, scales := mustPack(t, "k", []uint64{2, 6}, 4, 1)
 	meta := map[string]string{"compression": "INT4", "group_size": "4"}
 	file = writeFile(t, meta, q4, scales)
-	c = mustOpen(t, file)
+	c = formatstest.MustOpen(t, Open, file)
 	checkInvariants(t, c, file)
 	if c.Warnings != nil || len(c.Tensors) != 2 || c.Tensors[0].Name != "k.q4" || c.Tensors[1].Name != "k.scales" {
 		t.Fatalf("warnings %q, tensors %v", c.Warnings, c.Tensors)
@@ -413,7 +414,7 @@ func TestInt4NotCombined(t *testing.T) {
 				specs = append(specs, kq, ks)
 			}
 			file := writeFile(t, meta, specs...)
-			c := mustOpen(t, file)
+			c := formatstest.MustOpen(t, Open, file)
 			checkInvariants(t, c, file)
 
 			var combined []string
@@ -460,7 +461,7 @@ func TestInt4NotCombined(t *testing.T) {
 			// The file survives a rewrite unchanged.
 			specs2, meta2 := specsFrom(c, file)
 			file2 := writeFile(t, meta2, specs2...)
-			c2 := mustOpen(t, file2)
+			c2 := formatstest.MustOpen(t, Open, file2)
 			sameContents(t, c, file, c2, file2)
 		})
 	}
@@ -476,7 +477,7 @@ func bothPlain(reason string) map[string]string {
 func TestInt4Order(t *testing.T) {
 	q, s := mustPack(t, "m", []uint64{4}, 2, 1)
 	file := writeFile(t, Int4KVMetadata(2), q, s, zeros("a", formats.F32, 1), zeros("m.bias", formats.F32, 1), zeros("z", formats.U8, 1))
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, Open, file)
 	checkInvariants(t, c, file)
 	var names []string
 	for _, tn := range c.Tensors {
@@ -495,7 +496,7 @@ func TestInt4WarningCap(t *testing.T) {
 		specs = append(specs, zeros(fmt.Sprintf("layer_%02d_key.scales", i), formats.F16, 1))
 	}
 	file := writeFile(t, Int4KVMetadata(64), specs...)
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, Open, file)
 	checkInvariants(t, c, file)
 	if len(c.Warnings) != maxInt4Warnings+1 {
 		t.Fatalf("%d warnings, want %d", len(c.Warnings), maxInt4Warnings+1)
@@ -568,8 +569,8 @@ func TestPackInt4KVBytes(t *testing.T) {
 // same bytes, so the writer follows the convention's recommendation as
 // the fixture does.
 func TestPackInt4KVFixture(t *testing.T) {
-	input := readFixture(t, f32Fixture)
-	c := mustOpen(t, input)
+	input := formatstest.ReadFixture(t, "safetensors", f32Fixture)
+	c := formatstest.MustOpen(t, Open, input)
 	var specs []TensorSpec
 	for _, tn := range c.Tensors {
 		q4, scales, err := PackInt4KV(tn.Name, tn.Shape, f32Values(input, tn), 64)
@@ -580,7 +581,7 @@ func TestPackInt4KVFixture(t *testing.T) {
 	}
 	meta := Int4KVMetadata(64)
 	meta["original_dtype"] = "F32"
-	if got, want := writeFile(t, meta, specs...), readFixture(t, packedFixture); !bytes.Equal(got, want) {
+	if got, want := writeFile(t, meta, specs...), formatstest.ReadFixture(t, "safetensors", packedFixture); !bytes.Equal(got, want) {
 		t.Fatalf("written bytes differ\n got %q\nwant %q", head(got), head(want))
 	}
 }
@@ -618,7 +619,7 @@ func TestPackInt4KVRoundTrip(t *testing.T) {
 			}
 		}
 		file := writeFile(t, Int4KVMetadata(g), specs...)
-		c := mustOpen(t, file)
+		c := formatstest.MustOpen(t, Open, file)
 		checkInvariants(t, c, file)
 		if c.Warnings != nil || len(c.Tensors) != len(inputs) {
 			t.Fatalf("G=%d: warnings %q, %d tensors", g, c.Warnings, len(c.Tensors))

@@ -3,6 +3,8 @@ package safetensors
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 func TestSniff(t *testing.T) {
@@ -42,7 +44,7 @@ func TestSniff(t *testing.T) {
 // every damaged one whose length field is plausible, is claimed.
 func TestSniffFixtures(t *testing.T) {
 	for _, row := range readExpected(t) {
-		file := readFixture(t, row.file)
+		file := formatstest.ReadFixture(t, "safetensors", row.file)
 		got := Sniff(file[:min(len(file), 64)], int64(len(file)))
 		if row.ztfs == "open" && !got {
 			t.Errorf("%s: valid file not claimed", row.file)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // minifloat decodes a little float with e exponent bits, m mantissa bits
@@ -77,8 +78,8 @@ func element(t *testing.T, d formats.DType, raw []byte, i int) float64 {
 // TestAllCurrentDTypes checks the 22-dtype fixture: every data byte is
 // 0x11 and decodes to the value its README gives.
 func TestAllCurrentDTypes(t *testing.T) {
-	file := readFixture(t, "extra/valid_all_current_dtypes.safetensors")
-	c := mustOpen(t, file)
+	file := formatstest.ReadFixture(t, "safetensors", "extra/valid_all_current_dtypes.safetensors")
+	c := formatstest.MustOpen(t, Open, file)
 	want := map[string]float64{
 		"BOOL": 17, "U8": 17, "I8": 17, "I16": 4369, "U16": 4369, "I32": 286331153, "U32": 286331153,
 		"I64": 1229782938247303441, "U64": 1229782938247303441,
@@ -129,8 +130,8 @@ func TestPR84Values(t *testing.T) {
 	wrap := map[formats.DType]float64{formats.U8: 1 << 8, formats.U16: 1 << 16, formats.U32: 1 << 32}
 	for _, f := range files {
 		t.Run(f, func(t *testing.T) {
-			file := readFixture(t, "pr84_samples/"+f+".safetensors")
-			c := mustOpen(t, file)
+			file := formatstest.ReadFixture(t, "safetensors", "pr84_samples/"+f+".safetensors")
+			c := formatstest.MustOpen(t, Open, file)
 			if c.Attributes["test"] != "a" || len(c.Attributes) != 1 {
 				t.Errorf("attributes %v", c.Attributes)
 			}
@@ -157,8 +158,8 @@ func TestPR84Values(t *testing.T) {
 // hold values in the documented range.
 func TestKVCacheValues(t *testing.T) {
 	for _, f := range []string{"kv_tinyllama_2layers_seq3_f32", "kv_tinyllama_2layers_seq3_int4sim_g64"} {
-		file := readFixture(t, "kv_cache/"+f+".safetensors")
-		for _, tn := range mustOpen(t, file).Tensors {
+		file := formatstest.ReadFixture(t, "safetensors", "kv_cache/"+f+".safetensors")
+		for _, tn := range formatstest.MustOpen(t, Open, file).Tensors {
 			raw := stored(t, file, tn)
 			for i := range len(raw) / 4 {
 				if v := element(t, tn.DType, raw, i); !(v >= -4.3 && v <= 4.3) {

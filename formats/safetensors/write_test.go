@@ -15,6 +15,7 @@ import (
 	"testing/iotest"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // TestWriteOfficialBytes re-creates files written by the official writer
@@ -31,8 +32,8 @@ func TestWriteOfficialBytes(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(f, func(t *testing.T) {
-			file := readFixture(t, f)
-			specs, meta := specsFrom(mustOpen(t, file), file)
+			file := formatstest.ReadFixture(t, "safetensors", f)
+			specs, meta := specsFrom(formatstest.MustOpen(t, Open, file), file)
 			var out bytes.Buffer
 			if err := Write(&out, meta, specs); err != nil {
 				t.Fatal(err)
@@ -60,8 +61,8 @@ func TestRewriteFixtures(t *testing.T) {
 			continue
 		}
 		t.Run(row.file, func(t *testing.T) {
-			file := readFixture(t, row.file)
-			c := mustOpen(t, file)
+			file := formatstest.ReadFixture(t, "safetensors", row.file)
+			c := formatstest.MustOpen(t, Open, file)
 			specs, meta := specsFrom(c, file)
 			var out bytes.Buffer
 			if err := Write(&out, meta, specs); err != nil {
@@ -70,7 +71,7 @@ func TestRewriteFixtures(t *testing.T) {
 			if n := headerLen(out.Bytes()); n%8 != 0 {
 				t.Fatalf("header length %d: data does not start at a multiple of 8", n)
 			}
-			c2 := mustOpen(t, out.Bytes())
+			c2 := formatstest.MustOpen(t, Open, out.Bytes())
 			checkInvariants(t, c2, out.Bytes())
 			sameContents(t, c, file, c2, out.Bytes())
 		})
@@ -180,7 +181,7 @@ func TestWriteRoundTrip(t *testing.T) {
 	if headerLen(file)%8 != 0 {
 		t.Fatalf("header length %d is not a multiple of 8", headerLen(file))
 	}
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, Open, file)
 	checkInvariants(t, c, file)
 	if len(c.Tensors) != len(specs) {
 		t.Fatalf("%d tensors, want %d", len(c.Tensors), len(specs))

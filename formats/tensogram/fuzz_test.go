@@ -8,6 +8,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"github.com/ztfs/ztfs/internal/fixtures"
 )
 
@@ -49,7 +50,7 @@ func FuzzOpen(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, file []byte) {
-		c, err := open(file)
+		c, err := formatstest.OpenBytes(Open, file)
 		if err != nil {
 			return
 		}

@@ -2,10 +2,11 @@ package tensogram
 
 import (
 	"bytes"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // nestedArrays is n CBOR arrays, each holding the next, around a 0.
@@ -62,6 +63,6 @@ func TestDeepMetadataRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = open(b)
+	_, err = formatstest.OpenBytes(Open, b)
 	formatstest.Refused(t, err, "Tensogram", "header metadata frame at offset 24: invalid CBOR: cbor: exceeded max nested level 256")
 }

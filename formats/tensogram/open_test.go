@@ -3,28 +3,14 @@ package tensogram
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/ztfs/ztfs/formats/formatstest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/fixtures"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
-
-func fixture(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtures.Dir(), "tensogram", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func open(b []byte) (*formats.Container, error) { return Open(bytes.NewReader(b), int64(len(b))) }
 
 func messages(c *formats.Container) []map[string]any {
 	var out []map[string]any
@@ -57,7 +43,7 @@ func TestFixtures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
-			c, err := open(fixture(t, tc.file))
+			c, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", tc.file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +82,7 @@ func TestFixtures(t *testing.T) {
 }
 
 func TestFixtureDetails(t *testing.T) {
-	c, err := open(fixture(t, "golden_v0.24.0/multi_object.tgm"))
+	c, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", "golden_v0.24.0/multi_object.tgm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +106,7 @@ func TestFixtureDetails(t *testing.T) {
 		t.Errorf("int64 object: %+v", big)
 	}
 
-	c, err = open(fixture(t, "metadata_parity/metadata_parity.tgm"))
+	c, err = formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", "metadata_parity/metadata_parity.tgm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +122,7 @@ func TestFixtureDetails(t *testing.T) {
 		t.Errorf("metadata file %s/%s: %s", f.Dir, f.Name, f.Content)
 	}
 
-	c, err = open(fixture(t, "remote_parity/streaming-tail.tgm"))
+	c, err = formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", "remote_parity/streaming-tail.tgm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +135,8 @@ func TestFixtureDetails(t *testing.T) {
 // Bytes outside messages are skipped and recorded; a message cut off at the
 // end is skipped with a warning; the complete messages still open.
 func TestGarbageAndTruncation(t *testing.T) {
-	two := fixture(t, "remote_parity/two-msg.tgm")
-	footer := fixture(t, "remote_parity/single-msg-footer.tgm")
+	two := formatstest.ReadFixture(t, "tensogram", "remote_parity/two-msg.tgm")
+	footer := formatstest.ReadFixture(t, "tensogram", "remote_parity/single-msg-footer.tgm")
 	var b bytes.Buffer
 	b.Write(two[:592])
 	b.WriteString("garbage between messages, even with TENSOGRM inside")
@@ -158,7 +144,7 @@ func TestGarbageAndTruncation(t *testing.T) {
 	b.Write(make([]byte, 13))
 	b.Write(footer)
 	b.Write(footer[:300]) // cut off while being written
-	c, err := open(b.Bytes())
+	c, err := formatstest.OpenBytes(Open, b.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +158,9 @@ func TestGarbageAndTruncation(t *testing.T) {
 
 	// Every truncation of a one-message file either fails cleanly or, at
 	// full length, opens; none panics.
-	one := fixture(t, "golden_v0.24.0/multi_object.tgm")
+	one := formatstest.ReadFixture(t, "tensogram", "golden_v0.24.0/multi_object.tgm")
 	for n := 0; n < len(one); n++ {
-		if _, err := open(one[:n]); err == nil {
+		if _, err := formatstest.OpenBytes(Open, one[:n]); err == nil {
 			t.Fatalf("a %d-byte prefix opened", n)
 		}
 	}
@@ -183,7 +169,7 @@ func TestGarbageAndTruncation(t *testing.T) {
 // Structural damage the mount must refuse (docs/formats/tensogram.md and the
 // docs/formats/tensogram.md, "Refused at mount").
 func TestStructuralDamage(t *testing.T) {
-	base := fixture(t, "golden_v0.24.0/multi_object.tgm")
+	base := formatstest.ReadFixture(t, "tensogram", "golden_v0.24.0/multi_object.tgm")
 	frameAt := func(b []byte, typ uint16) int {
 		for off := preambleSize; off+frameHeader <= len(b); {
 			if binary.BigEndian.Uint16(b[off+2:]) == typ {
@@ -218,7 +204,7 @@ func TestStructuralDamage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := append([]byte(nil), base...)
 			tc.damage(b)
-			_, err := open(b)
+			_, err := formatstest.OpenBytes(Open, b)
 			formatstest.Refused(t, err, "Tensogram", tc.want)
 		})
 	}
@@ -226,7 +212,7 @@ func TestStructuralDamage(t *testing.T) {
 	// the hash check when the object is first read.
 	b := append([]byte(nil), base...)
 	b[frameAt(b, typeData)+frameHeader] ^= 1
-	if _, err := open(b); err != nil {
+	if _, err := formatstest.OpenBytes(Open, b); err != nil {
 		t.Errorf("damaged payload refused at open: %v", err)
 	}
 }
@@ -285,7 +271,7 @@ func TestHiddenPreamblesScanInLinearTime(t *testing.T) {
 	}
 	b.WriteString("no postamble")
 	start := time.Now()
-	_, err := open(b.Bytes())
+	_, err := formatstest.OpenBytes(Open, b.Bytes())
 	if err == nil {
 		t.Fatal("a file without a complete message opened")
 	}
@@ -340,7 +326,7 @@ func TestObjectErrorNamesTheObject(t *testing.T) {
 	at := bytes.LastIndex(b, []byte{'F', 'R', 0, typeData})
 	end := at + int(binary.BigEndian.Uint64(b[at+8:]))
 	binary.BigEndian.PutUint64(b[end-20:], 1)
-	_, err = open(b)
+	_, err = formatstest.OpenBytes(Open, b)
 	want := `object 1 (frame at offset ` + strconv.Itoa(at) + `, named "second"): cbor_offset 1 is outside the frame body`
 	formatstest.Refused(t, err, "Tensogram", want)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/zeebo/xxh3"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // Padding after a frame is optional on the wire. These tests remove it from
@@ -385,7 +387,7 @@ func TestShortZeroRunInStreamingMessage(t *testing.T) {
 	// One zero byte before that frame, which then starts one byte later,
 	// still before the grid.
 	b := append(append(append([]byte(nil), m[:at]...), 0), m[at:]...)
-	c, err := open(append(b, m...))
+	c, err := formatstest.OpenBytes(Open, append(b, m...))
 	if err != nil {
 		t.Fatal(err)
 	}

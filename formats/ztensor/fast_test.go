@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // v11Manifest returns the manifest of a v1.1 file and where it starts; ok
@@ -78,7 +79,7 @@ func TestFastFixtures(t *testing.T) {
 				return
 			}
 			took := compareFast(t, b, start)
-			if _, err := openBytes(file); err == nil && !took {
+			if _, err := formatstest.OpenBytes(Open, file); err == nil && !took {
 				t.Errorf("the fast path left a valid fixture to the generic path")
 			}
 		})
@@ -243,7 +244,7 @@ func TestFastCBORVariety(t *testing.T) {
 				file := v11File(blobArea(24), m)
 				b, start, _ := v11Manifest(file)
 				took := compareFast(t, b, start)
-				_, err := openBytes(file)
+				_, err := formatstest.OpenBytes(Open, file)
 				t.Logf("%s: fast %v, error %v", what, took, err)
 			}
 		})

@@ -176,8 +176,8 @@ func dense1(name string, d formats.DType, off, n uint64, v0, v1 float64) wantTen
 func TestValidFixtures(t *testing.T) {
 	for _, fx := range validFixtures {
 		t.Run(fx.file, func(t *testing.T) {
-			file := readFixture(t, fx.file)
-			c := mustOpen(t, file)
+			file := formatstest.ReadFixture(t, "ztensor", fx.file)
+			c := formatstest.MustOpen(t, Open, file)
 			if c.Format != "ztensor" || c.FormatVersion != fx.version {
 				t.Errorf("format %q version %q, want ztensor %q", c.Format, c.FormatVersion, fx.version)
 			}
@@ -292,7 +292,7 @@ func TestFixturesMatchManifests(t *testing.T) {
 		if m.Manifest == nil || m.Manifest.Objects == nil {
 			continue
 		}
-		c, err := openBytes(readFixture(t, file))
+		c, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "ztensor", file))
 		if err != nil {
 			continue // a reject fixture, covered by TestRejectFixtures
 		}
@@ -339,7 +339,7 @@ func TestRejectFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			_, err := openBytes(readFixture(t, tt.file))
+			_, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "ztensor", tt.file))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 			if strings.Contains(err.Error(), ".zt") || strings.Contains(err.Error(), "\n") {
 				t.Errorf("error %q names a file or spans lines", err)
@@ -361,7 +361,7 @@ func TestEveryFixtureListed(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(rows)), "\n")[1:] {
 		f := strings.Split(line, "\t")
 		file, outcome := f[0], f[2]
-		_, err := openBytes(readFixture(t, file))
+		_, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "ztensor", file))
 		switch outcome {
 		case "open":
 			if !listed[file] {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 func FuzzOpen(f *testing.F) {
@@ -25,7 +26,7 @@ func FuzzOpen(f *testing.F) {
 		if b, start, ok := v11Manifest(file); ok {
 			compareFast(t, b, start)
 		}
-		c, err := openBytes(file)
+		c, err := formatstest.OpenBytes(Open, file)
 		if err != nil {
 			return
 		}

@@ -1,45 +1,23 @@
 package ztensor
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
-const fixtures = "../../testdata/ztensor"
-
-func readFixture(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtures, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func openBytes(b []byte) (*formats.Container, error) {
-	return Open(bytes.NewReader(b), int64(len(b)))
-}
-
-func mustOpen(t testing.TB, b []byte) *formats.Container {
-	t.Helper()
-	c, err := openBytes(b)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return c
-}
+// fixtures is the zTensor corpus (testdata/ztensor).
+var fixtures = formatstest.Testdata("ztensor")
 
 func tensorNamed(t testing.TB, c *formats.Container, name string) *formats.Tensor {
 	t.Helper()

@@ -263,7 +263,7 @@ func TestHostileV11(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := openBytes(tt.file(t))
+			_, err := formatstest.OpenBytes(Open, tt.file(t))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 		})
 	}
@@ -323,7 +323,7 @@ func TestLayoutRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := v11File(blobArea(256), cborOf(t, root(map[string]any{"x": tt.object})))
-			_, err := openBytes(file)
+			_, err := formatstest.OpenBytes(Open, file)
 			if tt.phrase == "" {
 				if err != nil {
 					t.Fatalf("Open: %v", err)
@@ -415,7 +415,7 @@ func TestLenient(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := v11File(blobArea(256), cborOf(t, with(root(map[string]any{"x": tt.object}), "version", "9.9-custom")))
-			c := mustOpen(t, file)
+			c := formatstest.MustOpen(t, Open, file)
 			if c.FormatVersion != "9.9-custom" {
 				t.Errorf("version %q", c.FormatVersion)
 			}
@@ -457,7 +457,7 @@ func TestAnyWellFormedCBOR(t *testing.T) {
 	r.t("version").t("1.1.0")
 	r.t("unknown").b(0xa0)
 	r.b(0xff)
-	c := mustOpen(t, v11File(blobArea(24), r.buf))
+	c := formatstest.MustOpen(t, Open, v11File(blobArea(24), r.buf))
 	x := c.Tensors[0]
 	d := x.Components[0]
 	if x.Name != "w" || !reflect.DeepEqual(x.Shape, []uint64{2, 3}) || d.DType != formats.F32 || d.Offset != 64 || d.Length != 24 {

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // spec names one component written in a round trip, with its bytes.
@@ -222,7 +223,7 @@ func roundTrip(t *testing.T, codec rtCodec, digest Digest) {
 		t.Fatal(err)
 	}
 	file := buf.Bytes()
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, Open, file)
 	if c.FormatVersion != "1.1.0" {
 		t.Errorf("version %q", c.FormatVersion)
 	}
@@ -480,7 +481,7 @@ func TestManyTensors(t *testing.T) {
 	if err := w.Close(nil); err != nil {
 		t.Fatal(err)
 	}
-	c := mustOpen(t, buf.Bytes())
+	c := formatstest.MustOpen(t, Open, buf.Bytes())
 	if len(c.Tensors) != n || c.Tensors[n-1].Name != fmt.Sprintf("t%06d", n-1) {
 		t.Fatalf("%d tensors", len(c.Tensors))
 	}

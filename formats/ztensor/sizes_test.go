@@ -8,6 +8,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // single is a component compressed as the reference writes it: one zstd
@@ -107,7 +108,7 @@ func TestDerivedSizes(t *testing.T) {
 				t.Fatal(err)
 			}
 			file := buf.Bytes()
-			x := tensorNamed(t, mustOpen(t, file), "x")
+			x := tensorNamed(t, formatstest.MustOpen(t, Open, file), "x")
 			for role, want := range tt.want {
 				c := x.Component(role)
 				if c == nil {
@@ -134,7 +135,7 @@ func TestV01BlobSizeLink(t *testing.T) {
 	stored := zstdSingle(t, csrBlob)
 	blobs := append(blobArea(0), stored...)
 	file := v01File(blobs, v01Index(t, v01Entry("s", 64, uint64(len(stored)), "float32", []any{2, 3}, "layout", "sparsecsr", "encoding", "zstd")))
-	x := tensorNamed(t, mustOpen(t, file), "s")
+	x := tensorNamed(t, formatstest.MustOpen(t, Open, file), "s")
 	if c := x.Components[0]; c.Size != -1 {
 		t.Errorf("data: size %d, want -1", c.Size)
 	}

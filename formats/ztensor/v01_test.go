@@ -90,7 +90,7 @@ func TestV01(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := v01File(blobs, v01Index(t, tt.entry))
-			c := mustOpen(t, file)
+			c := formatstest.MustOpen(t, Open, file)
 			if c.FormatVersion != "0.1.0" || len(c.Tensors) != 1 {
 				t.Fatalf("version %q, %d tensors", c.FormatVersion, len(c.Tensors))
 			}
@@ -172,14 +172,14 @@ func TestV01Rejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := openBytes(tt.file(t))
+			_, err := formatstest.OpenBytes(Open, tt.file(t))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 		})
 	}
 }
 
 func TestV01SixteenBytes(t *testing.T) {
-	c := mustOpen(t, append([]byte("ZTEN0001"), make([]byte, 8)...))
+	c := formatstest.MustOpen(t, Open, append([]byte("ZTEN0001"), make([]byte, 8)...))
 	if len(c.Tensors) != 0 || c.FormatVersion != "0.1.0" || c.Attributes == nil {
 		t.Errorf("got %+v", c)
 	}
@@ -209,7 +209,7 @@ func TestV10(t *testing.T) {
 		"components": map[string]any{"values": at(64, 12), "indices": at(128, 24), "indptr": at(192, 24)}}
 
 	file := v10File(blobs, cborOf(t, manifest(map[string]any{"m": csr})))
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, Open, file)
 	if c.FormatVersion != "1.0" || !reflect.DeepEqual(c.Attributes, map[string]any{"k": "v"}) {
 		t.Errorf("version %q attributes %v", c.FormatVersion, c.Attributes)
 	}
@@ -222,12 +222,12 @@ func TestV10(t *testing.T) {
 	}
 
 	bad := with(csr, "components", map[string]any{"values": at(64, 12), "indices": at(128, 24), "indptr": at(200, 24)})
-	_, err := openBytes(v10File(blobs, cborOf(t, manifest(map[string]any{"m": bad}))))
+	_, err := formatstest.OpenBytes(Open, v10File(blobs, cborOf(t, manifest(map[string]any{"m": bad}))))
 	formatstest.Refused(t, err, "zTensor", `tensor "m": component "indptr": offset 200 is not a multiple of 64`)
 
 	notV10 := with(manifest(map[string]any{}), "version", "1.1.0")
-	_, err = openBytes(v10File(nil, cborOf(t, notV10)))
+	_, err = formatstest.OpenBytes(Open, v10File(nil, cborOf(t, notV10)))
 	formatstest.Refused(t, err, "zTensor", "footer magic missing (not ZTEN1000) and no v1.0 manifest precedes the last 8 bytes")
-	_, err = openBytes(v10File(nil, []byte{0xa1, 0x67, 't', 'e', 'n', 's', 'o', 'r', 's', 0xa0}))
+	_, err = formatstest.OpenBytes(Open, v10File(nil, []byte{0xa1, 0x67, 't', 'e', 'n', 's', 'o', 'r', 's', 0xa0}))
 	formatstest.Refused(t, err, "zTensor", "no v1.0 manifest")
 }

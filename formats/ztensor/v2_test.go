@@ -2,7 +2,6 @@ package ztensor
 
 import (
 	"errors"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // conformanceCase is one row of the upstream corpus's expected.tsv.
@@ -48,8 +48,8 @@ func conformanceCases(t testing.TB) []conformanceCase {
 func TestV2ConformanceOpen(t *testing.T) {
 	for _, tc := range conformanceCases(t) {
 		t.Run(tc.file, func(t *testing.T) {
-			file := readFixture(t, filepath.Join("v2_conformance", tc.file))
-			c, err := openBytes(file)
+			file := formatstest.ReadFixture(t, "ztensor", filepath.Join("v2_conformance", tc.file))
+			c, err := formatstest.OpenBytes(Open, file)
 			if tc.expected != "reject" || tc.operation != "open" {
 				if err != nil {
 					t.Fatalf("Open: %v (%s)", err, tc.contents)
@@ -140,7 +140,7 @@ func TestV2NonTextKeysIgnored(t *testing.T) {
 				m = v2EncodeManifest(t, tt.manifest)
 			}
 			file := v2FileRaw(m, v2Blob{4096, data})
-			c, err := openBytes(file)
+			c, err := formatstest.OpenBytes(Open, file)
 			if tt.rule != "" {
 				var fe *formats.Error
 				if !errors.As(err, &fe) || fe.Rule != string(tt.rule) {
@@ -180,7 +180,7 @@ func TestV2ShardSizeBeyondInt64(t *testing.T) {
 			"shards":  map[string]any{"a": map[string]any{"size": tt.size, "digest": "xxh3:00"}},
 			"objects": map[string]any{"t": mkObject([]uint64{tt.size - v2FooterLen - 4096}, "dense", map[string]any{"data": part})},
 		})
-		c, err := openBytes(file)
+		c, err := formatstest.OpenBytes(Open, file)
 		if tt.rule == "" {
 			if err != nil {
 				t.Fatalf("size %d: %v", tt.size, err)
@@ -227,7 +227,7 @@ func TestV2ErrorsNameTheObject(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// 8 KiB of blobs: the manifest follows at 8192.
 			file := v2File(t, map[string]any{"objects": tt.objects}, v2Blob{4096, make([]byte, 4096)})
-			_, err := openBytes(file)
+			_, err := formatstest.OpenBytes(Open, file)
 			var fe *formats.Error
 			if !errors.As(err, &fe) || fe.Rule != string(tt.rule) {
 				t.Fatalf("Open: %v, want rule %s", err, tt.rule)

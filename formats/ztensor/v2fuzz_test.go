@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // A v2 file is mostly zeros: blobs and the manifest sit at multiples of
@@ -126,7 +126,7 @@ func FuzzOpenV2(f *testing.F) {
 		if !ok {
 			return
 		}
-		c, err := openBytes(file)
+		c, err := formatstest.OpenBytes(Open, file)
 		if err != nil {
 			checkV2Error(t, file, err)
 			return
@@ -136,7 +136,7 @@ func FuzzOpenV2(f *testing.F) {
 		}
 		checkInvariants(t, c, uint64(len(file)))
 		checkV2Container(t, c, file)
-		again, err := openBytes(file)
+		again, err := formatstest.OpenBytes(Open, file)
 		if err != nil {
 			t.Fatalf("opened once, then: %v", err)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // v2Sample is a small v2 file built in the test, with what a reader must
@@ -100,7 +102,7 @@ func v2Samples(t testing.TB) []v2Sample {
 func TestV2Samples(t *testing.T) {
 	for _, s := range v2Samples(t) {
 		t.Run(s.name, func(t *testing.T) {
-			c := mustOpen(t, s.file)
+			c := formatstest.MustOpen(t, Open, s.file)
 			checkInvariants(t, c, uint64(len(s.file)))
 			checkV2Container(t, c, s.file)
 			if s.tensors < 0 {

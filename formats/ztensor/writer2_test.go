@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"github.com/ztfs/ztfs/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func rawPart(name, dtype string, data []byte) V2Part {
 // The writer reproduces the reference writer's canonical file byte for
 // byte: the corpus's canonical-basic.zt, two tied weights sharing a blob.
 func TestV2WriterReproducesReferenceCanonicalFile(t *testing.T) {
-	want := readFixture(t, "v2_conformance/valid/canonical-basic.zt")
+	want := formatstest.ReadFixture(t, "ztensor", "v2_conformance/valid/canonical-basic.zt")
 	got := writeV2(t, V2Options{}, func(w *V2Writer) error {
 		for _, o := range []struct {
 			name, dtype string

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
 // fixtureWrites re-creates the fixtures whose components are raw with the
@@ -121,7 +123,7 @@ func TestWriterRecreatesFixtures(t *testing.T) {
 			if err := w.Close(fx.attrs); err != nil {
 				t.Fatal(err)
 			}
-			want := readFixture(t, fx.file)
+			want := formatstest.ReadFixture(t, "ztensor", fx.file)
 			if got := buf.Bytes(); !bytes.Equal(got, want) {
 				i := 0
 				for i < len(got) && i < len(want) && got[i] == want[i] {

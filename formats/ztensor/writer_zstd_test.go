@@ -8,6 +8,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/ztfs/ztfs/formats/formatstest"
 	"github.com/ztfs/ztfs/internal/codec/zstdseek"
 )
 
@@ -98,7 +99,7 @@ func TestWriterZstdFrames(t *testing.T) {
 			if err := w.Close(nil); err != nil {
 				t.Fatal(err)
 			}
-			x := tensorNamed(t, mustOpen(t, buf.Bytes()), "x").Components[0]
+			x := tensorNamed(t, formatstest.MustOpen(t, Open, buf.Bytes()), "x").Components[0]
 			size := tc.frameSize
 			if size == 0 {
 				size = DefaultZstdFrameSize
