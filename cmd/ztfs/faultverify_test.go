@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/internal/testenv/faultfs"
 )
@@ -55,15 +55,15 @@ func writeVerifyZTensor(t *testing.T, path string) {
 // writeVerifySafetensors writes a safetensors file of three tensors.
 func writeVerifySafetensors(t *testing.T, path string) {
 	rng := rand.New(rand.NewSource(20))
-	var specs []safetensors.TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	for _, name := range []string{"a", "b", "keep"} {
 		data := make([]byte, 256<<10)
 		rng.Read(data)
-		specs = append(specs, safetensors.TensorSpec{Name: name, DType: formats.F32, Shape: []uint64{64 << 10},
+		specs = append(specs, safetensorswrite.TensorSpec{Name: name, DType: formats.F32, Shape: []uint64{64 << 10},
 			Size: uint64(len(data)), Data: bytes.NewReader(data)})
 	}
 	var buf bytes.Buffer
-	if err := safetensors.Write(&buf, nil, specs); err != nil {
+	if err := safetensorswrite.Write(&buf, nil, specs); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
@@ -78,16 +78,16 @@ func sha256Digest(c *ztensor.ComponentSpec) { c.Digest = ztensor.DigestSHA256 }
 // tensor.npy is widened.
 func writeFaultSafetensors(t *testing.T, path string) {
 	rng := rand.New(rand.NewSource(20))
-	var specs []safetensors.TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	add := func(name string, dt formats.DType, shape []uint64, data []byte) {
-		specs = append(specs, safetensors.TensorSpec{Name: name, DType: dt, Shape: shape, Size: uint64(len(data)), Data: bytes.NewReader(data)})
+		specs = append(specs, safetensorswrite.TensorSpec{Name: name, DType: dt, Shape: shape, Size: uint64(len(data)), Data: bytes.NewReader(data)})
 	}
 	add("a", formats.F32, []uint64{256, 256}, randomBytes(rng, 256<<10))
 	add("b", formats.F32, []uint64{256, 256}, randomBytes(rng, 256<<10))
 	add("c", formats.F32, []uint64{256, 256}, randomBytes(rng, 256<<10))
 	add("w", formats.BF16, []uint64{256, 256}, randomBytes(rng, 128<<10))
 	var buf bytes.Buffer
-	if err := safetensors.Write(&buf, nil, specs); err != nil {
+	if err := safetensorswrite.Write(&buf, nil, specs); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {

@@ -1,4 +1,4 @@
-package safetensors
+package safetensorswrite
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/x448/float16"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/safetensors"
 )
 
 // Int4KVMetadata returns the __metadata__ entries that declare packed INT4
@@ -19,10 +20,7 @@ import (
 // symmetric. Callers may add original_dtype and their own keys.
 func Int4KVMetadata(groupSize int) map[string]string {
 	return map[string]string{
-		"compression":  "INT4",
-		GroupSizeKey:   strconv.Itoa(groupSize),
-		Int4PackingKey: Int4PackingLoFirst,
-		Int4SchemeKey:  Int4SchemeSymmetric,
+		"compression": "INT4", safetensors.GroupSizeKey: strconv.Itoa(groupSize), safetensors.Int4PackingKey: safetensors.Int4PackingLoFirst, safetensors.Int4SchemeKey: safetensors.Int4SchemeSymmetric,
 	}
 }
 
@@ -46,14 +44,14 @@ func PackInt4KV(name string, shape []uint64, values []float32, groupSize int) (q
 	q4Shape := slices.Clone(shape)
 	q4Shape[len(q4Shape)-1] /= 2
 	q4 = TensorSpec{
-		Name:  name + Int4CodesSuffix,
+		Name:  name + safetensors.Int4CodesSuffix,
 		DType: formats.U8,
 		Shape: q4Shape,
 		Size:  uint64(len(codes)),
 		Data:  bytes.NewReader(codes),
 	}
 	scales = TensorSpec{
-		Name:  name + Int4ScalesSuffix,
+		Name:  name + safetensors.Int4ScalesSuffix,
 		DType: formats.F16,
 		Shape: []uint64{uint64(len(scaleBytes) / 2)},
 		Size:  uint64(len(scaleBytes)),

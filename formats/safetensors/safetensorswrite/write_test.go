@@ -1,4 +1,4 @@
-package safetensors
+package safetensorswrite_test
 
 import (
 	"bytes"
@@ -16,6 +16,9 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 )
 
 // TestWriteOfficialBytes re-creates files written by the official writer
@@ -33,9 +36,9 @@ func TestWriteOfficialBytes(t *testing.T) {
 	for _, f := range files {
 		t.Run(f, func(t *testing.T) {
 			file := formatstest.ReadFixture(t, "safetensors", f)
-			specs, meta := specsFrom(formatstest.MustOpen(t, Open, file), file)
+			specs, meta := safetensorstest.SpecsFrom(formatstest.MustOpen(t, safetensors.Open, file), file)
 			var out bytes.Buffer
-			if err := Write(&out, meta, specs); err != nil {
+			if err := safetensorswrite.Write(&out, meta, specs); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(out.Bytes(), file) {
@@ -56,60 +59,43 @@ func head(b []byte) []byte {
 // TestRewriteFixtures rewrites every fixture that opens and checks that the
 // result opens to the same tensors, bytes and metadata.
 func TestRewriteFixtures(t *testing.T) {
-	for _, row := range readExpected(t) {
-		if row.ztfs != "open" {
+	for _, row := range safetensorstest.ReadExpected(t) {
+		if row.ZTFS != "open" {
 			continue
 		}
-		t.Run(row.file, func(t *testing.T) {
-			file := formatstest.ReadFixture(t, "safetensors", row.file)
-			c := formatstest.MustOpen(t, Open, file)
-			specs, meta := specsFrom(c, file)
+		t.Run(row.File, func(t *testing.T) {
+			file := formatstest.ReadFixture(t, "safetensors", row.File)
+			c := formatstest.MustOpen(t, safetensors.Open, file)
+			specs, meta := safetensorstest.SpecsFrom(c, file)
 			var out bytes.Buffer
-			if err := Write(&out, meta, specs); err != nil {
+			if err := safetensorswrite.Write(&out, meta, specs); err != nil {
 				t.Fatal(err)
 			}
 			if n := headerLen(out.Bytes()); n%8 != 0 {
 				t.Fatalf("header length %d: data does not start at a multiple of 8", n)
 			}
-			c2 := formatstest.MustOpen(t, Open, out.Bytes())
-			checkInvariants(t, c2, out.Bytes())
-			sameContents(t, c, file, c2, out.Bytes())
+			c2 := formatstest.MustOpen(t, safetensors.Open, out.Bytes())
+			safetensorstest.CheckInvariants(t, c2, out.Bytes())
+			safetensorstest.SameContents(t, c, file, c2, out.Bytes())
 		})
 	}
 }
 
-// sameContents compares two opened files tensor by tensor, and stored
-// tensor by stored tensor.
-func sameContents(t *testing.T, a *formats.Container, fa []byte, b *formats.Container, fb []byte) {
-	t.Helper()
-	if fmt.Sprint(a.Attributes) != fmt.Sprint(b.Attributes) {
-		t.Fatalf("attributes %v, then %v", a.Attributes, b.Attributes)
+// dtypeNames is every dtype safetensors stores with its name, in the order
+// of the official Dtype enum.
+var dtypeNames = func() (out []struct {
+	name  string
+	dtype formats.DType
+}) {
+	for _, d := range safetensors.DTypes() {
+		name, _ := safetensors.DTypeName(d)
+		out = append(out, struct {
+			name  string
+			dtype formats.DType
+		}{name, d})
 	}
-	if !slices.Equal(a.Warnings, b.Warnings) {
-		t.Fatalf("warnings %q, then %q", a.Warnings, b.Warnings)
-	}
-	if len(a.Tensors) != len(b.Tensors) {
-		t.Fatalf("%d tensors, then %d", len(a.Tensors), len(b.Tensors))
-	}
-	for i, ta := range a.Tensors {
-		tb := b.Tensors[i]
-		if ta.Name != tb.Name || ta.DType != tb.DType || !slices.Equal(ta.Shape, tb.Shape) || ta.Layout != tb.Layout ||
-			fmt.Sprint(ta.Attributes) != fmt.Sprint(tb.Attributes) {
-			t.Fatalf("tensor %q %s %v became %q %s %v", ta.Name, ta.DType, ta.Shape, tb.Name, tb.DType, tb.Shape)
-		}
-	}
-	sa, sb := storedTensors(a), storedTensors(b)
-	if len(sa) != len(sb) {
-		t.Fatalf("%d stored tensors, then %d", len(sa), len(sb))
-	}
-	for i, x := range sa {
-		y := sb[i]
-		if x.name != y.name || x.dtype != y.dtype || !slices.Equal(x.shape, y.shape) ||
-			!bytes.Equal(fa[x.c.Offset:x.c.Offset+x.c.Length], fb[y.c.Offset:y.c.Offset+y.c.Length]) {
-			t.Fatalf("stored tensor %q %s %v became %q %s %v", x.name, x.dtype, x.shape, y.name, y.dtype, y.shape)
-		}
-	}
-}
+	return out
+}()
 
 // allDTypes lists every dtype safetensors stores.
 func allDTypes() []formats.DType {
@@ -121,7 +107,7 @@ func allDTypes() []formats.DType {
 }
 
 // spec builds a TensorSpec with deterministic random data.
-func spec(rng *rand.Rand, name string, d formats.DType, shape ...uint64) (TensorSpec, []byte) {
+func spec(rng *rand.Rand, name string, d formats.DType, shape ...uint64) (safetensorswrite.TensorSpec, []byte) {
 	size, err := formats.DenseSize(shape, d)
 	if err != nil {
 		panic(err)
@@ -130,7 +116,7 @@ func spec(rng *rand.Rand, name string, d formats.DType, shape ...uint64) (Tensor
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	return TensorSpec{Name: name, DType: d, Shape: shape, Size: size, Data: bytes.NewReader(data)}, data
+	return safetensorswrite.TensorSpec{Name: name, DType: d, Shape: shape, Size: size, Data: bytes.NewReader(data)}, data
 }
 
 // TestWriteRoundTrip writes tensors of every dtype, shape kind and tricky
@@ -142,7 +128,7 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 	names := []string{"", "/", "model/layers.0/weight", "wéight☃", `quo"te`, `back\slash`, "ctl\x00\x01\x1f\x7f\n\t",
 		"<script>&amp;", "line\u2028sep", "😀", "__metadata", "__metadata__x", " lead and trail "}
-	var specs []TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	want := map[string][]byte{}
 	shapes := map[string][]uint64{}
 	add := func(name string, d formats.DType, shape ...uint64) {
@@ -174,20 +160,20 @@ func TestWriteRoundTrip(t *testing.T) {
 	meta := map[string]string{"format": "pt", "": "", "quote\"": "back\\slash\n", "é☃": "😀", "<>&": "\u2028\u2029", "ctl\x01": "\x00"}
 
 	var out bytes.Buffer
-	if err := Write(&out, meta, specs); err != nil {
+	if err := safetensorswrite.Write(&out, meta, specs); err != nil {
 		t.Fatal(err)
 	}
 	file := out.Bytes()
 	if headerLen(file)%8 != 0 {
 		t.Fatalf("header length %d is not a multiple of 8", headerLen(file))
 	}
-	c := formatstest.MustOpen(t, Open, file)
-	checkInvariants(t, c, file)
+	c := formatstest.MustOpen(t, safetensors.Open, file)
+	safetensorstest.CheckInvariants(t, c, file)
 	if len(c.Tensors) != len(specs) {
 		t.Fatalf("%d tensors, want %d", len(c.Tensors), len(specs))
 	}
 	for _, tn := range c.Tensors {
-		if !bytes.Equal(stored(t, file, tn), want[tn.Name]) || !slices.Equal(tn.Shape, shapes[tn.Name]) {
+		if !bytes.Equal(safetensorstest.Stored(t, file, tn), want[tn.Name]) || !slices.Equal(tn.Shape, shapes[tn.Name]) {
 			t.Errorf("tensor %q: shape %v, bytes differ", tn.Name, tn.Shape)
 		}
 		if w := tn.DType.Width(); w > 0 && (tn.Components[0].Offset)%uint64(w) != 0 {
@@ -207,7 +193,7 @@ func TestWriteRoundTrip(t *testing.T) {
 // TestWriteOrder checks the official writer's tensor order and layout.
 func TestWriteOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	var specs []TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	// Reverse enum order in, so the sort has work to do; two of each dtype
 	// with names out of order to check the tie-break.
 	for i := len(dtypeNames) - 1; i >= 0; i-- {
@@ -219,7 +205,7 @@ func TestWriteOrder(t *testing.T) {
 	}
 	rng.Shuffle(len(specs), func(i, j int) { specs[i], specs[j] = specs[j], specs[i] })
 	var out bytes.Buffer
-	if err := Write(&out, map[string]string{"b": "2", "a": "1"}, specs); err != nil {
+	if err := safetensorswrite.Write(&out, map[string]string{"b": "2", "a": "1"}, specs); err != nil {
 		t.Fatal(err)
 	}
 	hdr := string(out.Bytes()[8 : 8+headerLen(out.Bytes())])
@@ -258,7 +244,7 @@ func TestWriteOrder(t *testing.T) {
 func TestWriteEmpty(t *testing.T) {
 	for _, meta := range []map[string]string{nil, {}} {
 		var out bytes.Buffer
-		if err := Write(&out, meta, nil); err != nil {
+		if err := safetensorswrite.Write(&out, meta, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := out.String(); got != "\x08\x00\x00\x00\x00\x00\x00\x00{}      " {
@@ -271,36 +257,36 @@ func TestWriteEmpty(t *testing.T) {
 // written.
 func TestWriteErrors(t *testing.T) {
 	data := func(n int) io.Reader { return bytes.NewReader(make([]byte, n)) }
-	ok := TensorSpec{Name: "ok", DType: formats.F32, Shape: []uint64{1}, Size: 4, Data: data(4)}
+	ok := safetensorswrite.TensorSpec{Name: "ok", DType: formats.F32, Shape: []uint64{1}, Size: 4, Data: data(4)}
 	tests := []struct {
 		name    string
 		meta    map[string]string
-		tensors []TensorSpec
+		tensors []safetensorswrite.TensorSpec
 		want    string
 	}{
-		{"complex128", nil, []TensorSpec{{Name: "c", DType: formats.Complex128, Shape: []uint64{1}, Size: 16, Data: data(16)}}, `tensor "c": dtype "complex128" cannot be stored in safetensors`},
-		{"unknown dtype", nil, []TensorSpec{{Name: "x", DType: "f128", Shape: []uint64{1}, Size: 16, Data: data(16)}}, `tensor "x": dtype "f128" cannot be stored`},
-		{"empty dtype", nil, []TensorSpec{{Name: "x", Size: 0}}, `tensor "x": dtype "" cannot be stored`},
-		{"size too small", nil, []TensorSpec{{Name: "s", DType: formats.F32, Shape: []uint64{2}, Size: 4, Data: data(4)}}, `tensor "s": Size is 4 but shape [2] of f32 needs 8 bytes`},
-		{"size too large", nil, []TensorSpec{{Name: "s", DType: formats.U8, Shape: []uint64{}, Size: 2, Data: data(2)}}, `tensor "s": Size is 2 but shape [] of u8 needs 1 bytes`},
-		{"F4 odd", nil, []TensorSpec{{Name: "f", DType: formats.F4E2M1, Shape: []uint64{3}, Size: 2, Data: data(2)}}, `tensor "f": 3 elements of f4_e2m1 (4 bits each) do not fill whole bytes`},
-		{"F4 scalar", nil, []TensorSpec{{Name: "f", DType: formats.F4E2M1, Size: 1, Data: data(1)}}, `do not fill whole bytes`},
-		{"F6 of 6", nil, []TensorSpec{{Name: "f", DType: formats.F6E2M3, Shape: []uint64{6}, Size: 5, Data: data(5)}}, `6 elements of f6_e2m3 (6 bits each) do not fill whole bytes`},
-		{"shape overflow", nil, []TensorSpec{{Name: "o", DType: formats.U8, Shape: []uint64{1 << 32, 1 << 32}, Size: 0}}, `tensor "o": shape [4294967296 4294967296]: element count overflows 64 bits`},
-		{"byte overflow", nil, []TensorSpec{{Name: "o", DType: formats.F64, Shape: []uint64{1 << 62}, Size: 0}}, `tensor "o": 4611686018427387904 elements of f64: byte size overflows 64 bits`},
+		{"complex128", nil, []safetensorswrite.TensorSpec{{Name: "c", DType: formats.Complex128, Shape: []uint64{1}, Size: 16, Data: data(16)}}, `tensor "c": dtype "complex128" cannot be stored in safetensors`},
+		{"unknown dtype", nil, []safetensorswrite.TensorSpec{{Name: "x", DType: "f128", Shape: []uint64{1}, Size: 16, Data: data(16)}}, `tensor "x": dtype "f128" cannot be stored`},
+		{"empty dtype", nil, []safetensorswrite.TensorSpec{{Name: "x", Size: 0}}, `tensor "x": dtype "" cannot be stored`},
+		{"size too small", nil, []safetensorswrite.TensorSpec{{Name: "s", DType: formats.F32, Shape: []uint64{2}, Size: 4, Data: data(4)}}, `tensor "s": Size is 4 but shape [2] of f32 needs 8 bytes`},
+		{"size too large", nil, []safetensorswrite.TensorSpec{{Name: "s", DType: formats.U8, Shape: []uint64{}, Size: 2, Data: data(2)}}, `tensor "s": Size is 2 but shape [] of u8 needs 1 bytes`},
+		{"F4 odd", nil, []safetensorswrite.TensorSpec{{Name: "f", DType: formats.F4E2M1, Shape: []uint64{3}, Size: 2, Data: data(2)}}, `tensor "f": 3 elements of f4_e2m1 (4 bits each) do not fill whole bytes`},
+		{"F4 scalar", nil, []safetensorswrite.TensorSpec{{Name: "f", DType: formats.F4E2M1, Size: 1, Data: data(1)}}, `do not fill whole bytes`},
+		{"F6 of 6", nil, []safetensorswrite.TensorSpec{{Name: "f", DType: formats.F6E2M3, Shape: []uint64{6}, Size: 5, Data: data(5)}}, `6 elements of f6_e2m3 (6 bits each) do not fill whole bytes`},
+		{"shape overflow", nil, []safetensorswrite.TensorSpec{{Name: "o", DType: formats.U8, Shape: []uint64{1 << 32, 1 << 32}, Size: 0}}, `tensor "o": shape [4294967296 4294967296]: element count overflows 64 bits`},
+		{"byte overflow", nil, []safetensorswrite.TensorSpec{{Name: "o", DType: formats.F64, Shape: []uint64{1 << 62}, Size: 0}}, `tensor "o": 4611686018427387904 elements of f64: byte size overflows 64 bits`},
 		{"total overflow", nil, hugeSpecs(5), `tensor data adds up to more than 2^63-1 bytes`},
-		{"duplicate", nil, []TensorSpec{ok, ok}, `duplicate tensor name "ok"`},
-		{"reserved name", nil, []TensorSpec{{Name: "__metadata__", DType: formats.U8, Shape: []uint64{0}}}, `tensor "__metadata__": the name is reserved for metadata`},
-		{"invalid UTF-8 name", nil, []TensorSpec{{Name: "a\xff", DType: formats.U8, Shape: []uint64{0}}}, `tensor "a\xff": name is not valid UTF-8`},
-		{"invalid UTF-8 metadata key", map[string]string{"\xc0": "v"}, []TensorSpec{ok}, `metadata "\xc0": key and value must be valid UTF-8`},
-		{"invalid UTF-8 metadata value", map[string]string{"k": "\xed\xa0\x80"}, []TensorSpec{ok}, `metadata "k": key and value must be valid UTF-8`},
-		{"nil data", nil, []TensorSpec{{Name: "n", DType: formats.U8, Shape: []uint64{1}, Size: 1}}, `tensor "n": no Data for 1 bytes`},
-		{"header too large", map[string]string{"k": strings.Repeat("v", MaxHeaderSize)}, nil, `bytes, above the limit of 100000000`},
+		{"duplicate", nil, []safetensorswrite.TensorSpec{ok, ok}, `duplicate tensor name "ok"`},
+		{"reserved name", nil, []safetensorswrite.TensorSpec{{Name: "__metadata__", DType: formats.U8, Shape: []uint64{0}}}, `tensor "__metadata__": the name is reserved for metadata`},
+		{"invalid UTF-8 name", nil, []safetensorswrite.TensorSpec{{Name: "a\xff", DType: formats.U8, Shape: []uint64{0}}}, `tensor "a\xff": name is not valid UTF-8`},
+		{"invalid UTF-8 metadata key", map[string]string{"\xc0": "v"}, []safetensorswrite.TensorSpec{ok}, `metadata "\xc0": key and value must be valid UTF-8`},
+		{"invalid UTF-8 metadata value", map[string]string{"k": "\xed\xa0\x80"}, []safetensorswrite.TensorSpec{ok}, `metadata "k": key and value must be valid UTF-8`},
+		{"nil data", nil, []safetensorswrite.TensorSpec{{Name: "n", DType: formats.U8, Shape: []uint64{1}, Size: 1}}, `tensor "n": no Data for 1 bytes`},
+		{"header too large", map[string]string{"k": strings.Repeat("v", safetensors.MaxHeaderSize)}, nil, `bytes, above the limit of 100000000`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			err := Write(&out, tt.meta, tt.tensors)
+			err := safetensorswrite.Write(&out, tt.meta, tt.tensors)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
@@ -313,10 +299,10 @@ func TestWriteErrors(t *testing.T) {
 
 // hugeSpecs returns n tensors of 2^61-1 bytes each, the largest whose bit
 // count fits in 64 bits.
-func hugeSpecs(n int) []TensorSpec {
-	var specs []TensorSpec
+func hugeSpecs(n int) []safetensorswrite.TensorSpec {
+	var specs []safetensorswrite.TensorSpec
 	for i := range n {
-		specs = append(specs, TensorSpec{Name: fmt.Sprint(i), DType: formats.U8, Shape: []uint64{1<<61 - 1}, Size: 1<<61 - 1, Data: zeroReader{}})
+		specs = append(specs, safetensorswrite.TensorSpec{Name: fmt.Sprint(i), DType: formats.U8, Shape: []uint64{1<<61 - 1}, Size: 1<<61 - 1, Data: zeroReader{}})
 	}
 	return specs
 }
@@ -337,28 +323,28 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 // TestWriteStreamErrors checks errors from the data readers and the
 // destination.
 func TestWriteStreamErrors(t *testing.T) {
-	short := TensorSpec{Name: "s", DType: formats.U8, Shape: []uint64{10}, Size: 10, Data: bytes.NewReader(make([]byte, 7))}
-	if err := Write(io.Discard, nil, []TensorSpec{short}); err == nil || err.Error() != `tensor "s": data ended after 7 of 10 bytes` {
+	short := safetensorswrite.TensorSpec{Name: "s", DType: formats.U8, Shape: []uint64{10}, Size: 10, Data: bytes.NewReader(make([]byte, 7))}
+	if err := safetensorswrite.Write(io.Discard, nil, []safetensorswrite.TensorSpec{short}); err == nil || err.Error() != `tensor "s": data ended after 7 of 10 bytes` {
 		t.Errorf("short data: %v", err)
 	}
 	boom := errors.New("boom")
-	bad := TensorSpec{Name: "b", DType: formats.U8, Shape: []uint64{10}, Size: 10, Data: iotest.ErrReader(boom)}
-	if err := Write(io.Discard, nil, []TensorSpec{bad}); !errors.Is(err, boom) {
+	bad := safetensorswrite.TensorSpec{Name: "b", DType: formats.U8, Shape: []uint64{10}, Size: 10, Data: iotest.ErrReader(boom)}
+	if err := safetensorswrite.Write(io.Discard, nil, []safetensorswrite.TensorSpec{bad}); !errors.Is(err, boom) {
 		t.Errorf("failing reader: %v", err)
 	}
-	okSpec := func() TensorSpec {
-		return TensorSpec{Name: "o", DType: formats.U8, Shape: []uint64{10}, Size: 10, Data: bytes.NewReader(make([]byte, 10))}
+	okSpec := func() safetensorswrite.TensorSpec {
+		return safetensorswrite.TensorSpec{Name: "o", DType: formats.U8, Shape: []uint64{10}, Size: 10, Data: bytes.NewReader(make([]byte, 10))}
 	}
-	if err := Write(&failingWriter{limit: 3}, nil, []TensorSpec{okSpec()}); err == nil || !strings.Contains(err.Error(), "writing the header: disk full") {
+	if err := safetensorswrite.Write(&failingWriter{limit: 3}, nil, []safetensorswrite.TensorSpec{okSpec()}); err == nil || !strings.Contains(err.Error(), "writing the header: disk full") {
 		t.Errorf("failing header write: %v", err)
 	}
-	if err := Write(&failingWriter{limit: 70}, nil, []TensorSpec{okSpec()}); err == nil || !strings.Contains(err.Error(), `tensor "o": writing data: disk full`) {
+	if err := safetensorswrite.Write(&failingWriter{limit: 70}, nil, []safetensorswrite.TensorSpec{okSpec()}); err == nil || !strings.Contains(err.Error(), `tensor "o": writing data: disk full`) {
 		t.Errorf("failing data write: %v", err)
 	}
 	// Write reads exactly Size bytes, leaving the rest of a shared stream.
 	stream := strings.NewReader("abcdefXYZ")
-	a := TensorSpec{Name: "a", DType: formats.U8, Shape: []uint64{6}, Size: 6, Data: stream}
-	if err := Write(io.Discard, nil, []TensorSpec{a}); err != nil {
+	a := safetensorswrite.TensorSpec{Name: "a", DType: formats.U8, Shape: []uint64{6}, Size: 6, Data: stream}
+	if err := safetensorswrite.Write(io.Discard, nil, []safetensorswrite.TensorSpec{a}); err != nil {
 		t.Fatal(err)
 	}
 	if rest, _ := io.ReadAll(stream); string(rest) != "XYZ" {
@@ -385,11 +371,11 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // TestWriteStreams checks that a large tensor is streamed, not buffered.
 func TestWriteStreams(t *testing.T) {
 	const size = 1 << 30
-	big := TensorSpec{Name: "big", DType: formats.F32, Shape: []uint64{size / 4}, Size: size, Data: zeroReader{}}
+	big := safetensorswrite.TensorSpec{Name: "big", DType: formats.F32, Shape: []uint64{size / 4}, Size: size, Data: zeroReader{}}
 	var w countingWriter
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	if err := Write(&w, nil, []TensorSpec{big}); err != nil {
+	if err := safetensorswrite.Write(&w, nil, []safetensorswrite.TensorSpec{big}); err != nil {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&after)

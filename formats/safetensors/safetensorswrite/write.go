@@ -1,4 +1,4 @@
-package safetensors
+package safetensorswrite
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/safetensors"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
@@ -96,7 +97,7 @@ func plan(metadata map[string]string, tensors []TensorSpec) ([]TensorSpec, error
 	}
 	order := slices.Clone(tensors)
 	slices.SortFunc(order, func(a, b TensorSpec) int {
-		return cmp.Or(cmp.Compare(dtypeRank(b.DType), dtypeRank(a.DType)), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(safetensors.DTypeRank(b.DType), safetensors.DTypeRank(a.DType)), cmp.Compare(a.Name, b.Name))
 	})
 	return order, nil
 }
@@ -106,10 +107,10 @@ func checkSpec(t TensorSpec) error {
 	switch {
 	case !utf8.ValidString(t.Name):
 		return fmt.Errorf("tensor %q: name is not valid UTF-8", t.Name)
-	case t.Name == metadataKey:
+	case t.Name == safetensors.MetadataKey:
 		return fmt.Errorf("tensor %q: the name is reserved for metadata", t.Name)
 	}
-	if _, ok := DTypeName(t.DType); !ok {
+	if _, ok := safetensors.DTypeName(t.DType); !ok {
 		return fmt.Errorf("tensor %q: dtype %q cannot be stored in safetensors", t.Name, t.DType)
 	}
 	want, err := formats.DenseSize(t.Shape, t.DType)
@@ -131,7 +132,7 @@ func encodeHeader(metadata map[string]string, order []TensorSpec) ([]byte, error
 	b := make([]byte, 8, 64+64*len(order))
 	b = append(b, '{')
 	if len(metadata) > 0 {
-		b = cborjson.AppendString(b, metadataKey, cborjson.Serde)
+		b = cborjson.AppendString(b, safetensors.MetadataKey, cborjson.Serde)
 		b = append(b, ':', '{')
 		keys := make([]string, 0, len(metadata))
 		for k := range metadata {
@@ -153,7 +154,7 @@ func encodeHeader(metadata map[string]string, order []TensorSpec) ([]byte, error
 		if i > 0 || len(metadata) > 0 {
 			b = append(b, ',')
 		}
-		name, _ := DTypeName(t.DType)
+		name, _ := safetensors.DTypeName(t.DType)
 		b = cborjson.AppendString(b, t.Name, cborjson.Serde)
 		b = append(b, `:{"dtype":`...)
 		b = cborjson.AppendString(b, name, cborjson.Serde)
@@ -176,8 +177,8 @@ func encodeHeader(metadata map[string]string, order []TensorSpec) ([]byte, error
 		b = append(b, ' ')
 	}
 	n := uint64(len(b) - 8)
-	if n > MaxHeaderSize {
-		return nil, fmt.Errorf("header would be %d bytes, above the limit of %d that readers accept", n, MaxHeaderSize)
+	if n > safetensors.MaxHeaderSize {
+		return nil, fmt.Errorf("header would be %d bytes, above the limit of %d that readers accept", n, safetensors.MaxHeaderSize)
 	}
 	binary.LittleEndian.PutUint64(b, n)
 	return b, nil
