@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats/mcf"
+	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
 	"github.com/ztfs/ztfs/formats/ztensor"
 )
 
@@ -22,7 +23,7 @@ func writeMCF(path string, rows, cols int, method string) error {
 	for i := range values {
 		values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
-	t, ok, err := mcf.Quantize(mcf.Tensor{Name: "w", DType: mcf.DTypeF32, Shape: []uint64{uint64(rows), uint64(cols)}, Data: raw}, method)
+	t, ok, err := mcfwrite.Quantize(mcfwrite.Tensor{Name: "w", DType: mcf.DTypeF32, Shape: []uint64{uint64(rows), uint64(cols)}, Data: raw}, method)
 	if err != nil {
 		return err
 	}
@@ -33,7 +34,7 @@ func writeMCF(path string, rows, cols int, method string) error {
 	if err != nil {
 		return err
 	}
-	if err := mcf.Write(f, mcf.Model{Tensors: []mcf.Tensor{t}}); err != nil {
+	if err := mcfwrite.Write(f, mcfwrite.Model{Tensors: []mcfwrite.Tensor{t}}); err != nil {
 		f.Close()
 		return err
 	}

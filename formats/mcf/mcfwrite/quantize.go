@@ -1,4 +1,4 @@
-package mcf
+package mcfwrite
 
 import (
 	"encoding/binary"
@@ -6,12 +6,13 @@ import (
 	"math"
 	"strings"
 
+	"github.com/ztfs/ztfs/formats/mcf"
 	"github.com/ztfs/ztfs/quant"
 )
 
 // quantMethods maps `mantle quantize --method` names to dtype codes.
 var quantMethods = map[string]uint16{
-	"q8": DTypeQ8, "q4": DTypeQ4, "k6": DTypeK6, "k4": DTypeK4, "k3": DTypeK3, "k2": DTypeK2,
+	"q8": mcf.DTypeQ8, "q4": mcf.DTypeQ4, "k6": mcf.DTypeK6, "k4": mcf.DTypeK4, "k3": mcf.DTypeK3, "k2": mcf.DTypeK2,
 }
 
 // Quantize returns t as `mantle quantize --method method` stores it: a
@@ -36,7 +37,7 @@ func Quantize(t Tensor, method string) (out Tensor, ok bool, err error) {
 		return t, false, fmt.Errorf("tensor %q: %w", t.Name, err)
 	}
 	return Tensor{Name: t.Name, DType: code, Shape: t.Shape, Data: payload,
-		Quant: &QuantRecord{Domain: DomainWeights, MinClip: lo, MaxClip: hi}}, true, nil
+		Quant: &QuantRecord{Domain: mcf.DomainWeights, MinClip: lo, MaxClip: hi}}, true, nil
 }
 
 // embeddingNames are the lower-cased name parts by which `mantle pack
@@ -68,9 +69,9 @@ func QuantizeBare(t Tensor, kind string) (out Tensor, ok bool, err error) {
 	out = Tensor{Name: t.Name, Shape: t.Shape}
 	switch kind {
 	case "int8":
-		out.DType, out.Data = DTypeInt8, quant.QuantizeInt8Bare(values)
+		out.DType, out.Data = mcf.DTypeInt8, quant.QuantizeInt8Bare(values)
 	case "int4":
-		out.DType, out.Data = DTypeInt4, quant.QuantizeInt4Bare(values)
+		out.DType, out.Data = mcf.DTypeInt4, quant.QuantizeInt4Bare(values)
 	default:
 		return t, false, fmt.Errorf("unknown bare quantization %q (want int8 or int4)", kind)
 	}
@@ -83,9 +84,9 @@ func QuantizeBare(t Tensor, kind string) (out Tensor, ok bool, err error) {
 func floats(t Tensor) ([]float32, bool, error) {
 	var width int
 	switch t.DType {
-	case DTypeF32:
+	case mcf.DTypeF32:
 		width = 4
-	case DTypeF16, DTypeBF16:
+	case mcf.DTypeF16, mcf.DTypeBF16:
 		width = 2
 	default:
 		return nil, false, nil
@@ -106,11 +107,11 @@ func floats(t Tensor) ([]float32, bool, error) {
 	values := make([]float32, n)
 	for i := range values {
 		switch t.DType {
-		case DTypeF32:
+		case mcf.DTypeF32:
 			values[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
-		case DTypeBF16:
+		case mcf.DTypeBF16:
 			values[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
-		case DTypeF16:
+		case mcf.DTypeF16:
 			values[i] = quant.F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
 		}
 	}

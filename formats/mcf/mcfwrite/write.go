@@ -1,16 +1,21 @@
-package mcf
+package mcfwrite
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/mcf"
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
 
 // Tensor is one tensor to write.
@@ -52,7 +57,7 @@ type Model struct {
 	Resources map[string][]byte
 	// ModelInfo is encoded as mantle's EncodeModelInfo does; nil writes no
 	// ModelInfo section unless ModelInfoRaw is set.
-	ModelInfo *ModelInfo
+	ModelInfo *mcf.ModelInfo
 	// ModelInfoRaw, when not nil, is written verbatim as the ModelInfo
 	// section instead of encoding ModelInfo (mantle quantize copies it).
 	ModelInfoRaw []byte
@@ -72,10 +77,19 @@ type Model struct {
 	QuantizeOrder bool
 }
 
+// resourceTypes returns the resource section types in type order.
+func resourceTypes() []uint32 {
+	types := make([]uint32, len(mcf.ResourceNames))
+	for i, name := range mcf.ResourceNames {
+		types[i], _ = mcf.ResourceType(name)
+	}
+	return types
+}
+
 // packResourceOrder is the order in which pack writes resource sections.
 var packResourceOrder = []uint32{
-	SectionConfigJSON, SectionGenerationJSON, SectionTokenizerJSON,
-	SectionVocabJSON, SectionTokenizerConfig, SectionMergesTXT,
+	mcf.SectionConfigJSON, mcf.SectionGenerationJSON, mcf.SectionTokenizerJSON,
+	mcf.SectionVocabJSON, mcf.SectionTokenizerConfig, mcf.SectionMergesTXT,
 }
 
 // Marshal returns the bytes of the MCF file of m.
@@ -93,11 +107,17 @@ type piece struct {
 	data []byte
 }
 
+// dirEntry is one entry of the section directory.
+type dirEntry struct {
+	typ, version uint32
+	off, size    uint64
+}
+
 // layout accumulates the pieces and directory of the file being written.
 type layout struct {
 	cur      uint64
 	pieces   []piece
-	sections []section
+	sections []dirEntry
 }
 
 func (l *layout) alignTo(n uint64) {
@@ -116,9 +136,9 @@ func (l *layout) put(data []byte) uint64 {
 }
 
 func (l *layout) section(typ uint32, data []byte) {
-	l.alignTo(sectionAlign)
+	l.alignTo(mcf.SectionAlign)
 	off := l.put(data)
-	l.sections = append(l.sections, section{typ: typ, version: 1, off: off, size: uint64(len(data))})
+	l.sections = append(l.sections, dirEntry{typ: typ, version: 1, off: off, size: uint64(len(data))})
 }
 
 // Write writes the MCF file of m to w in mantle's layout (docs/formats/mcf.md,
@@ -139,19 +159,19 @@ func Write(w io.Writer, m Model) error {
 	}
 	flags := uint64(0)
 	if align == 64 {
-		flags |= FlagTensorDataAligned64 // what pack does, quantized or not
+		flags |= mcf.FlagTensorDataAligned64 // what pack does, quantized or not
 	}
 	for _, t := range tensors {
-		if f := dtypeTable[t.DType].family; f == famQ || f == famK {
-			if align%payloadAlign != 0 {
+		if f, _, _ := mcf.DTypeFamily(t.DType); f == mcf.FamilyQ || f == mcf.FamilyK {
+			if align%mcf.PayloadAlign != 0 {
 				return fmt.Errorf("mcf: tensor %q: quantized tensors need an alignment that is a multiple of 64, not %d", t.Name, align)
 			}
-			flags |= FlagTensorDataAligned64
+			flags |= mcf.FlagTensorDataAligned64
 		}
 	}
 	for name := range m.Resources {
-		if _, ok := resourceType(name); !ok {
-			return fmt.Errorf("mcf: unknown resource %q (known: %s)", name, strings.Join(ResourceNames, ", "))
+		if _, ok := mcf.ResourceType(name); !ok {
+			return fmt.Errorf("mcf: unknown resource %q (known: %s)", name, strings.Join(mcf.ResourceNames, ", "))
 		}
 	}
 	modelInfo := m.ModelInfoRaw
@@ -161,30 +181,30 @@ func Write(w io.Writer, m Model) error {
 		}
 	}
 
-	l := &layout{cur: headerSize}
+	l := &layout{cur: mcf.HeaderSize}
 	resources := func(order []uint32) {
 		for _, typ := range order {
-			if data, ok := m.Resources[sectionNames[typ]]; ok {
+			if data, ok := m.Resources[mcf.SectionName(typ)]; ok {
 				l.section(typ, data)
 			}
 		}
 	}
 	if m.QuantizeOrder {
 		if modelInfo != nil {
-			l.section(SectionModelInfo, modelInfo)
+			l.section(mcf.SectionModelInfo, modelInfo)
 		}
-		resources(resourceTypes)
+		resources(resourceTypes())
 	} else {
 		resources(packResourceOrder)
 		if modelInfo != nil {
-			l.section(SectionModelInfo, modelInfo)
+			l.section(mcf.SectionModelInfo, modelInfo)
 		}
 	}
 
 	// TensorData: each tensor's absolute offset aligned; a duplicate of an
 	// earlier tensor points at it (pack writes the padding, then rolls the
 	// duplicate back, so the cursor stays aligned).
-	l.alignTo(sectionAlign)
+	l.alignTo(mcf.SectionAlign)
 	tdStart := l.cur
 	type written struct {
 		t   *Tensor
@@ -210,17 +230,17 @@ func Write(w io.Writer, m Model) error {
 		}
 		offsets[i] = l.put(t.Data)
 	}
-	l.sections = append(l.sections, section{typ: SectionTensorData, version: 1, off: tdStart, size: l.cur - tdStart})
+	l.sections = append(l.sections, dirEntry{typ: mcf.SectionTensorData, version: 1, off: tdStart, size: l.cur - tdStart})
 
-	l.section(SectionTensorIndex, encodeIndex(tensors, offsets))
+	l.section(mcf.SectionTensorIndex, encodeIndex(tensors, offsets))
 	if qi := encodeQuantInfo(tensors); qi != nil {
-		l.section(SectionQuantInfo, qi)
+		l.section(mcf.SectionQuantInfo, qi)
 	}
 
-	l.alignTo(sectionAlign)
+	l.alignTo(mcf.SectionAlign)
 	dirOff := l.cur
-	slices.SortStableFunc(l.sections, func(a, b section) int { return cmpU64(uint64(a.typ), uint64(b.typ)) })
-	dir := make([]byte, 0, dirEntrySize*len(l.sections))
+	slices.SortStableFunc(l.sections, func(a, b dirEntry) int { return cmp.Compare(a.typ, b.typ) })
+	dir := make([]byte, 0, mcf.DirEntrySize*len(l.sections))
 	for _, s := range l.sections {
 		dir = le.AppendUint32(dir, s.typ)
 		dir = le.AppendUint32(dir, s.version)
@@ -231,13 +251,13 @@ func Write(w io.Writer, m Model) error {
 
 	minor := m.Minor
 	if minor == 0 {
-		minor = CurrentMinor
+		minor = mcf.CurrentMinor
 	}
-	hdr := make([]byte, 0, headerSize)
-	hdr = append(hdr, Magic...)
-	hdr = le.AppendUint16(hdr, Major)
+	hdr := make([]byte, 0, mcf.HeaderSize)
+	hdr = append(hdr, mcf.Magic...)
+	hdr = le.AppendUint16(hdr, mcf.Major)
 	hdr = le.AppendUint16(hdr, minor)
-	hdr = le.AppendUint32(hdr, headerSize)
+	hdr = le.AppendUint32(hdr, mcf.HeaderSize)
 	hdr = le.AppendUint32(hdr, uint32(len(l.sections)))
 	hdr = le.AppendUint64(hdr, dirOff)
 	hdr = le.AppendUint64(hdr, l.cur)
@@ -261,6 +281,13 @@ func Write(w io.Writer, m Model) error {
 		}
 	}
 	return nil
+}
+
+var le = binary.LittleEndian
+
+func mul(a, b uint64) (uint64, bool) {
+	hi, lo := bits.Mul64(a, b)
+	return lo, hi == 0
 }
 
 // checkModel validates the tensors so that the file written is one Open
@@ -287,12 +314,13 @@ func checkModel(m Model) ([]*Tensor, error) {
 		if uint64(len(t.Name)) > math.MaxUint32 {
 			return nil, fmt.Errorf("mcf: tensor name of %d bytes is too long", len(t.Name))
 		}
-		info, ok := dtypeTable[t.DType]
+		family, elemSize, ok := mcf.DTypeFamily(t.DType)
+		name := mcf.DTypeName(t.DType)
 		if !ok {
 			return nil, fmt.Errorf("mcf: tensor %q: unassigned dtype code %d", t.Name, t.DType)
 		}
-		if len(t.Shape) > maxRank {
-			return nil, fmt.Errorf("mcf: tensor %q: rank %d exceeds %d", t.Name, len(t.Shape), maxRank)
+		if len(t.Shape) > mcf.MaxRank {
+			return nil, fmt.Errorf("mcf: tensor %q: rank %d exceeds %d", t.Name, len(t.Shape), mcf.MaxRank)
 		}
 		for _, d := range t.Shape {
 			if d == 0 {
@@ -304,26 +332,26 @@ func checkModel(m Model) ([]*Tensor, error) {
 			return nil, fmt.Errorf("mcf: tensor %q: %w", t.Name, err)
 		}
 		size := uint64(len(t.Data))
-		switch info.family {
-		case famPlain:
-			if want, ok := mul(n, info.size); !ok || want != size {
-				return nil, fmt.Errorf("mcf: tensor %q: %d bytes of data, %s %v needs %d", t.Name, size, info.name, t.Shape, want)
+		switch family {
+		case mcf.FamilyPlain:
+			if want, ok := mul(n, elemSize); !ok || want != size {
+				return nil, fmt.Errorf("mcf: tensor %q: %d bytes of data, %s %v needs %d", t.Name, size, name, t.Shape, want)
 			}
-		case famQ, famK:
+		case mcf.FamilyQ, mcf.FamilyK:
 			if len(t.Shape) != 2 {
-				return nil, fmt.Errorf("mcf: tensor %q: %s tensors must have rank 2, not shape %v", t.Name, info.name, t.Shape)
+				return nil, fmt.Errorf("mcf: tensor %q: %s tensors must have rank 2, not shape %v", t.Name, name, t.Shape)
 			}
-			want, err := QuantPayloadSize(t.DType, t.Shape[0], t.Shape[1])
+			want, err := mcf.QuantPayloadSize(t.DType, t.Shape[0], t.Shape[1])
 			if err != nil || want != size {
-				return nil, fmt.Errorf("mcf: tensor %q: %d-byte payload, %s %v needs %d", t.Name, size, info.name, t.Shape, want)
+				return nil, fmt.Errorf("mcf: tensor %q: %d-byte payload, %s %v needs %d", t.Name, size, name, t.Shape, want)
 			}
 		}
 		if q := t.Quant; q != nil {
 			switch {
-			case info.family == famPlain:
-				return nil, fmt.Errorf("mcf: tensor %q: a QuantInfo record needs a quantized dtype, not %s", t.Name, info.name)
-			case q.Domain != DomainWeights && (info.family != famInt || q.Domain != DomainActivations):
-				return nil, fmt.Errorf("mcf: tensor %q: domain %d is not allowed for %s", t.Name, q.Domain, info.name)
+			case family == mcf.FamilyPlain:
+				return nil, fmt.Errorf("mcf: tensor %q: a QuantInfo record needs a quantized dtype, not %s", t.Name, name)
+			case q.Domain != mcf.DomainWeights && (family != mcf.FamilyInt || q.Domain != mcf.DomainActivations):
+				return nil, fmt.Errorf("mcf: tensor %q: domain %d is not allowed for %s", t.Name, q.Domain, name)
 			}
 		}
 	}
@@ -335,7 +363,7 @@ func checkModel(m Model) ([]*Tensor, error) {
 func encodeIndex(tensors []*Tensor, offsets []uint64) []byte {
 	var dims []byte
 	var strs []byte
-	entries := make([]byte, 0, indexEntrySize*len(tensors))
+	entries := make([]byte, 0, mcf.IndexEntrySize*len(tensors))
 	for i, t := range tensors {
 		dimOff := uint32(len(dims) / 8)
 		for _, d := range t.Shape {
@@ -351,14 +379,14 @@ func encodeIndex(tensors []*Tensor, offsets []uint64) []byte {
 		entries = le.AppendUint64(entries, offsets[i])
 		entries = le.AppendUint64(entries, uint64(len(t.Data)))
 	}
-	dimsOff := uint64(indexHeaderSize + len(entries))
+	dimsOff := uint64(mcf.IndexHeaderSize + len(entries))
 	stringsOff := dimsOff + uint64(len(dims))
 	out := make([]byte, 0, stringsOff+uint64(len(strs)))
 	out = le.AppendUint32(out, 1) // version
 	out = le.AppendUint32(out, 3) // SortedByName | NamesUTF8
 	out = le.AppendUint32(out, uint32(len(tensors)))
 	out = le.AppendUint32(out, uint32(len(dims)/8))
-	out = le.AppendUint64(out, indexHeaderSize)
+	out = le.AppendUint64(out, mcf.IndexHeaderSize)
 	out = le.AppendUint64(out, dimsOff)
 	out = le.AppendUint64(out, stringsOff)
 	out = le.AppendUint64(out, uint64(len(strs)))
@@ -379,11 +407,11 @@ func encodeQuantInfo(tensors []*Tensor) []byte {
 		}
 		count++
 		var block, super uint16
-		switch dtypeTable[t.DType].family {
-		case famQ:
-			block = quantBlock
-		case famK:
-			block, super = quantBlock, quantSuper
+		switch family, _, _ := mcf.DTypeFamily(t.DType); family {
+		case mcf.FamilyQ:
+			block = mcflayout.BlockSize
+		case mcf.FamilyK:
+			block, super = mcflayout.BlockSize, mcflayout.BlockSize*mcflayout.SuperBlocks
 		}
 		recs = le.AppendUint32(recs, uint32(i))
 		recs = append(recs, byte(t.DType), q.Domain)

@@ -1,10 +1,12 @@
-package mcf
+package mcfwrite_test
 
 import (
 	"bytes"
 	"testing"
 
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/mcf/mcftest"
+	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
 )
 
 // Packing tiny_f32.mcf's tensors quantized by Quantize (the reference
@@ -12,20 +14,20 @@ import (
 // QuantInfo records with their clip bounds, and the layout of `mantle
 // quantize`. Likewise QuantizeBare and `pack --quant-embed`.
 func TestQuantizeReproducesFixtures(t *testing.T) {
-	source := decodedModel(t, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
+	source := mcftest.DecodedModel(t, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 	for _, method := range []string{"q8", "q4", "k4", "k2"} {
 		t.Run(method, func(t *testing.T) {
 			m := source
 			m.Tensors = nil
 			m.QuantizeOrder, m.NoDedup = true, true
 			for _, x := range source.Tensors {
-				q, _, err := Quantize(x, method)
+				q, _, err := mcfwrite.Quantize(x, method)
 				if err != nil {
 					t.Fatal(err)
 				}
 				m.Tensors = append(m.Tensors, q)
 			}
-			got, err := Marshal(m)
+			got, err := mcfwrite.Marshal(m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,8 +42,8 @@ func TestQuantizeReproducesFixtures(t *testing.T) {
 			m := source
 			m.Tensors = nil
 			for _, x := range source.Tensors {
-				if IsEmbedding(x.Name) {
-					q, ok, err := QuantizeBare(x, kind)
+				if mcfwrite.IsEmbedding(x.Name) {
+					q, ok, err := mcfwrite.QuantizeBare(x, kind)
 					if err != nil || !ok {
 						t.Fatalf("%s: %v", x.Name, err)
 					}
@@ -49,7 +51,7 @@ func TestQuantizeReproducesFixtures(t *testing.T) {
 				}
 				m.Tensors = append(m.Tensors, x)
 			}
-			got, err := Marshal(m)
+			got, err := mcfwrite.Marshal(m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,11 +66,11 @@ func TestQuantizeReproducesFixtures(t *testing.T) {
 		if len(x.Shape) == 2 {
 			continue
 		}
-		if q, ok, err := Quantize(x, "k6"); ok || err != nil || !bytes.Equal(q.Data, x.Data) {
+		if q, ok, err := mcfwrite.Quantize(x, "k6"); ok || err != nil || !bytes.Equal(q.Data, x.Data) {
 			t.Errorf("%s (rank %d) was quantized: %v", x.Name, len(x.Shape), err)
 		}
 	}
-	if _, _, err := Quantize(source.Tensors[0], "q5"); err == nil {
+	if _, _, err := mcfwrite.Quantize(source.Tensors[0], "q5"); err == nil {
 		t.Error("unknown method accepted")
 	}
 }
