@@ -10,13 +10,14 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
 // Sniff reports whether head, the first bytes of a file, starts a Tensogram
 // message. Files that start with other bytes are legal upstream but are not
 // recognised (detection looks at the start only).
-func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(magic)) }
+func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(wire.Magic)) }
 
 // maxPreambleWarnings bounds the warnings about skipped preambles, of which
 // a hostile file can have one every few bytes.
@@ -39,7 +40,7 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 		return nil, fmt.Errorf("invalid file size %d", size)
 	}
 	f := &file{r: r, size: uint64(size)}
-	c := &formats.Container{Format: "tensogram", FormatVersion: strconv.Itoa(wireVersion)}
+	c := &formats.Container{Format: "tensogram", FormatVersion: strconv.Itoa(wire.Version)}
 	var messages []any
 	var skipped []any
 	otherVersion := -1
@@ -52,19 +53,19 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	}
 	pos, gapStart := uint64(0), uint64(0)
 	for pos < f.size {
-		at, err := f.find(magic, pos, f.size)
+		at, err := f.find(wire.Magic, pos, f.size)
 		if err != nil {
 			return nil, err
 		}
-		if at == f.size || f.size-at < preambleSize {
+		if at == f.size || f.size-at < wire.PreambleSize {
 			break
 		}
-		head, err := f.read(at, preambleSize)
+		head, err := f.read(at, wire.PreambleSize)
 		if err != nil {
 			return nil, err
 		}
 		pre := parsePreamble(head)
-		if pre.version != wireVersion {
+		if pre.version != wire.Version {
 			otherVersion = int(pre.version)
 			pos = at + 1
 			continue
@@ -134,7 +135,7 @@ type message struct {
 // readMessage walks and checks the message [off, off+length).
 func readMessage(f *file, off, length uint64, pre preamble, index int) (*message, error) {
 	msg := &message{index: index, off: off, length: length, pre: pre}
-	post, err := f.read(off+length-postambleSize, postambleSize)
+	post, err := f.read(off+length-wire.PostambleSize, wire.PostambleSize)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	if total := beUint64(post[8:16]); total != 0 && pre.total != 0 && total != pre.total {
 		return nil, fmt.Errorf("the postamble's length %d disagrees with the preamble's %d", total, pre.total)
 	}
-	if firstFooter < preambleSize || firstFooter > length-postambleSize {
+	if firstFooter < wire.PreambleSize || firstFooter > length-wire.PostambleSize {
 		return nil, fmt.Errorf("the postamble's first-footer offset %d is outside the message", firstFooter)
 	}
 	frames, skippedBytes, err := f.walk(off, length)
@@ -157,17 +158,17 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	// per-frame bit when any frame has it, else the legacy preamble bit.
 	perFrame, unflagged := false, false
 	for i := range frames {
-		if frames[i].flags&frameHashPresent != 0 {
+		if frames[i].flags&wire.FrameHashPresent != 0 {
 			perFrame = true
 		} else {
 			unflagged = true
 		}
 	}
-	legacy := pre.flags&messageHashesPresent != 0 && !perFrame
-	if perFrame && unflagged && pre.flags&messageHashesPresent != 0 {
+	legacy := pre.flags&wire.MessageHashesPresent != 0 && !perFrame
+	if perFrame && unflagged && pre.flags&wire.MessageHashesPresent != 0 {
 		msg.warnings = append(msg.warnings, fmt.Sprintf("message %d: only some frames are marked hashed; the others are not verified", index))
 	}
-	hashed := func(fr *frame) bool { return legacy || fr.flags&frameHashPresent != 0 }
+	hashed := func(fr *frame) bool { return legacy || fr.flags&wire.FrameHashPresent != 0 }
 
 	// Phases and preceders (docs/formats/tensogram.md, "Frames and phases").
 	const (
@@ -184,11 +185,11 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 	for i := range frames {
 		fr := &frames[i]
 		switch fr.typ {
-		case typeHeaderMetadata, typeHeaderIndex, typeHeaderHash:
+		case wire.TypeHeaderMetadata, wire.TypeHeaderIndex, wire.TypeHeaderHash:
 			if phase != header {
 				return nil, fmt.Errorf("%s frame at offset %d comes after a data object", fr.name(), fr.off)
 			}
-		case typePreceder:
+		case wire.TypePreceder:
 			if phase == footer {
 				return nil, fmt.Errorf("preceder metadata frame at offset %d comes after a footer frame", fr.off)
 			}
@@ -196,7 +197,7 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 				return nil, fmt.Errorf("two preceder metadata frames in a row at offset %d", fr.off)
 			}
 			phase, pending = body, fr
-		case typeData:
+		case wire.TypeData:
 			if phase == footer {
 				return nil, fmt.Errorf("data object frame at offset %d comes after a footer frame", fr.off)
 			}
@@ -204,20 +205,20 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 			dataFrames = append(dataFrames, fr)
 			preceders = append(preceders, pending)
 			pending = nil
-		case typeFooterHash, typeFooterIndex, typeFooterMetadata:
+		case wire.TypeFooterHash, wire.TypeFooterIndex, wire.TypeFooterMetadata:
 			if pending != nil {
 				return nil, fmt.Errorf("the preceder metadata frame at offset %d is not followed by a data object", pending.off)
 			}
 			phase = footer
 		}
 		switch fr.typ {
-		case typeHeaderMetadata:
+		case wire.TypeHeaderMetadata:
 			headerMeta = fr
-		case typeFooterMetadata:
+		case wire.TypeFooterMetadata:
 			footerMeta = fr
-		case typeHeaderIndex, typeFooterIndex:
+		case wire.TypeHeaderIndex, wire.TypeFooterIndex:
 			indexes = append(indexes, fr)
-		case typeHeaderHash, typeFooterHash:
+		case wire.TypeHeaderHash, wire.TypeFooterHash:
 			hashFrames = append(hashFrames, fr)
 		}
 	}
@@ -382,7 +383,7 @@ func readMessage(f *file, off, length uint64, pre preamble, index int) (*message
 		}
 		msg.tensors = append(msg.tensors, t)
 	}
-	msg.dialect = dialect(dialectA, perFrame, usesSP, usesPrefixed, pre.flags&messageHashesPresent != 0)
+	msg.dialect = dialect(dialectA, perFrame, usesSP, usesPrefixed, pre.flags&wire.MessageHashesPresent != 0)
 	return msg, nil
 }
 

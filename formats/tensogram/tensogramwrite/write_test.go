@@ -1,4 +1,4 @@
-package tensogram
+package tensogramwrite
 
 import (
 	"bytes"
@@ -14,10 +14,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramtest"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 	"github.com/ztfs/ztfs/internal/codec/bitmask"
 	"github.com/ztfs/ztfs/internal/codec/lz4block"
 	"github.com/ztfs/ztfs/internal/codec/shuffle"
@@ -50,7 +54,7 @@ func TestWriterReproducesUpstream(t *testing.T) {
 	const when = "2026-04-29T18:12:46Z"
 	pressure := map[string]any{"product": "efi", "parameter": "pressure"}
 	f32obj := func(big bool, meta map[string]any, v ...float32) Object {
-		return Object{DType: "float32", Shape: []uint64{uint64(len(v))}, BigEndian: big, Data: f32bytes(big, v...), Metadata: meta}
+		return Object{DType: "float32", Shape: []uint64{uint64(len(v))}, BigEndian: big, Data: tensogramtest.F32Bytes(big, v...), Metadata: meta}
 	}
 	fixture := func(k int) map[string]any {
 		return map[string]any{"fixture": map[string]any{"msg_index": k, "shape": []int{4}}}
@@ -75,7 +79,7 @@ func TestWriterReproducesUpstream(t *testing.T) {
 			messages: []Message{{Hash: true, Reserved: goldenReserved("0.20.0", when, "b294748b-ed13-496e-b05a-62d13b6ecee7"),
 				Objects: []Object{
 					f32obj(true, map[string]any{"product": "efi", "parameter": "temperature"}, 1.5, 2.5),
-					{DType: "int64", Shape: []uint64{3}, BigEndian: true, Data: intBytes(8, true, 100, -200, 300),
+					{DType: "int64", Shape: []uint64{3}, BigEndian: true, Data: tensogramtest.IntBytes(8, true, 100, -200, 300),
 						Metadata: pressure},
 					{DType: "uint8", Shape: []uint64{5}, BigEndian: true, Data: []byte{10, 20, 30, 40, 50},
 						Metadata: map[string]any{"product": "efi", "parameter": "humidity"}},
@@ -180,60 +184,9 @@ func checkProvenance(t *testing.T, rel string, embedded []byte) {
 // of the single message b.
 func clearFrameHashFlags(t *testing.T, b []byte) {
 	t.Helper()
-	for _, fr := range walkMessage(t, b) {
-		b[fr.off+7] &^= frameHashPresent
+	for _, fr := range tensogramtest.WalkMessage(t, b) {
+		b[fr.Off+7] &^= wire.FrameHashPresent
 	}
-}
-
-// wframe is one frame of a written message.
-type wframe struct {
-	typ, flags uint16
-	off, len   uint64
-	hash       uint64
-}
-
-// body is the hashed part of the frame (docs/formats/tensogram.md, "Hashes").
-func (f wframe) body() (off, n uint64) {
-	tail := uint64(12)
-	if f.typ == typeData {
-		tail = 20
-	}
-	return f.off + frameHeader, f.len - frameHeader - tail
-}
-
-// walkMessage walks the frames of the single message b strictly, as the
-// writer must lay them out: the first frame right after the preamble, each
-// next one at the next multiple of 8, zero padding, the postamble last.
-func walkMessage(t *testing.T, b []byte) []wframe {
-	t.Helper()
-	if string(b[:8]) != magic || string(b[len(b)-8:]) != endMagic {
-		t.Fatal("no preamble or postamble magic")
-	}
-	var frames []wframe
-	pos, end := uint64(preambleSize), uint64(len(b)-postambleSize)
-	for pos < end {
-		if string(b[pos:pos+2]) != frameMarker {
-			t.Fatalf("no frame at %d", pos)
-		}
-		fr := wframe{typ: binary.BigEndian.Uint16(b[pos+2:]), flags: binary.BigEndian.Uint16(b[pos+6:]),
-			off: pos, len: binary.BigEndian.Uint64(b[pos+8:])}
-		if fr.len < 28 || fr.len > end-pos || string(b[pos+fr.len-4:pos+fr.len]) != frameEnd {
-			t.Fatalf("frame at %d: bad length %d or no ENDF", pos, fr.len)
-		}
-		fr.hash = binary.BigEndian.Uint64(b[pos+fr.len-12:])
-		frames = append(frames, fr)
-		next := align8(pos + fr.len)
-		if next > end {
-			t.Fatalf("frame at %d runs into the postamble", pos)
-		}
-		for _, c := range b[pos+fr.len : next] {
-			if c != 0 {
-				t.Fatalf("non-zero padding after the frame at %d", pos)
-			}
-		}
-		pos = next
-	}
-	return frames
 }
 
 func firstDiff(a, b []byte) int {
@@ -267,13 +220,13 @@ func sampleData(dtype string, n int, big bool) []byte {
 	case "float16":
 		b := make([]byte, 2*n)
 		for i := range n {
-			putUint(b[2*i:], 2, big, uint64(0x3C00+(i*37)%0x300)) // 1.0 … ~1.7
+			tensogramtest.PutUint(b[2*i:], 2, big, uint64(0x3C00+(i*37)%0x300)) // 1.0 … ~1.7
 		}
 		return b
 	case "bfloat16":
 		b := make([]byte, 2*n)
 		for i := range n {
-			putUint(b[2*i:], 2, big, uint64(0xBF80-(i*13)%0x100)) // around -1.0
+			tensogramtest.PutUint(b[2*i:], 2, big, uint64(0xBF80-(i*13)%0x100)) // around -1.0
 		}
 		return b
 	case "float32":
@@ -281,7 +234,7 @@ func sampleData(dtype string, n int, big bool) []byte {
 		for i := range v {
 			v[i] = float32(i)*1.25 - 7
 		}
-		return f32bytes(big, v...)
+		return tensogramtest.F32Bytes(big, v...)
 	case "float64":
 		v := make([]float64, n)
 		for i := range v {
@@ -293,7 +246,7 @@ func sampleData(dtype string, n int, big bool) []byte {
 		for i := range v {
 			v[i] = float32(i) - 3.5
 		}
-		return f32bytes(big, v...)
+		return tensogramtest.F32Bytes(big, v...)
 	case "complex128":
 		v := make([]float64, 2*n)
 		for i := range v {
@@ -307,10 +260,10 @@ func sampleData(dtype string, n int, big bool) []byte {
 		}
 		return bitmask.Pack(elems)
 	}
-	w := int(dtypes[dtype].width)
+	w := int(dtypeOf(dtype).Width)
 	b := make([]byte, w*n)
 	for i := range n {
-		putUint(b[w*i:], w, big, uint64(int64(i*2654435761)^int64(-i)))
+		tensogramtest.PutUint(b[w*i:], w, big, uint64(int64(i*2654435761)^int64(-i)))
 	}
 	return b
 }
@@ -324,7 +277,7 @@ func pipelines(dtype string) [][3]string {
 	}
 	ps := [][3]string{{"none", "none", "none"}, {"", "", ""}, {"none", "shuffle", "none"}, {"none", "none", "zstd"},
 		{"none", "shuffle", "zstd"}, {"none", "none", "lz4"}, {"none", "shuffle", "lz4"}, {"none", "shuffle", "szip"}}
-	if dtypes[dtype].width <= 4 {
+	if dtypeOf(dtype).Width <= 4 {
 		ps = append(ps, [3]string{"none", "none", "szip"})
 	}
 	return ps
@@ -401,7 +354,7 @@ func writerCases() []wcase {
 		obj:   Object{DType: "float64", Shape: []uint64{8}, BigEndian: true, Data: spData, Encoding: "simple_packing", Bits: 16, Masks: "rle"},
 		masks: map[string][]int{"nan": {2}, "inf+": {4}}, maskMethod: "rle"})
 	// Masks requested on finite data: no masks map.
-	cs = append(cs, wcase{name: "masks/finite", obj: Object{DType: "float32", Shape: []uint64{3}, Data: f32bytes(false, 1, 2, 3), Masks: "rle"}})
+	cs = append(cs, wcase{name: "masks/finite", obj: Object{DType: "float32", Shape: []uint64{3}, Data: tensogramtest.F32Bytes(false, 1, 2, 3), Masks: "rle"}})
 	// Scalars, empty tensors, strides, stray descriptor keys.
 	cs = append(cs,
 		wcase{name: "scalar", obj: Object{DType: "float64", Data: f64bytes(false, 42)}},
@@ -437,7 +390,7 @@ func withNonFinite(dtype string, n int, big bool) ([]byte, map[string][]int) {
 		parts = 2
 	}
 	set := func(elem, part int, bits uint64) {
-		putUint(data[(elem*parts+part)*half:], half, big, bits)
+		tensogramtest.PutUint(data[(elem*parts+part)*half:], half, big, bits)
 	}
 	set(0, 0, nan)
 	set(7, 0, pinf)
@@ -493,7 +446,7 @@ func TestWriteAndOpen(t *testing.T) {
 				}
 				file = append(file, b...)
 			}
-			c := openBytes(t, file)
+			c := tensogramtest.OpenClean(t, tensogram.Open, file)
 			if len(c.Tensors) != len(layouts) {
 				t.Fatalf("%d tensors, want %d", len(c.Tensors), len(layouts))
 			}
@@ -539,7 +492,7 @@ func TestWriteManyMessages(t *testing.T) {
 		file = append(file, b...)
 		m++
 	}
-	c := openBytes(t, file)
+	c := tensogramtest.OpenClean(t, tensogram.Open, file)
 	if len(c.Tensors) != len(want) {
 		t.Fatalf("%d tensors, want %d", len(c.Tensors), len(want))
 	}
@@ -548,18 +501,6 @@ func TestWriteManyMessages(t *testing.T) {
 		o.DescriptorFirst = p.l.descFirst
 		checkTensor(t, file, c.Tensors[i], p.name, &o, p.l.hash, p.tc)
 	}
-}
-
-func openBytes(t *testing.T, b []byte) *formats.Container {
-	t.Helper()
-	c, err := Open(bytes.NewReader(b), int64(len(b)))
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	if len(c.Warnings) > 0 {
-		t.Fatalf("Open warned: %q", c.Warnings)
-	}
-	return c
 }
 
 // checkMessageAttrs checks what the reader reports about message i.
@@ -611,7 +552,7 @@ func checkTensor(t *testing.T, file []byte, tn *formats.Tensor, name string, o *
 	if fmt.Sprint(tn.Shape) != fmt.Sprint(wantShape) {
 		t.Errorf("%s: shape %v, want %v", name, tn.Shape, wantShape)
 	}
-	wantDT := dtypes[o.DType].dtype
+	wantDT := dtypeOf(o.DType).DType
 	if orNone(o.Encoding) == "simple_packing" {
 		wantDT = formats.F64
 	}
@@ -671,14 +612,14 @@ func checkTensor(t *testing.T, file []byte, tn *formats.Tensor, name string, o *
 		if !bytes.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 			t.Fatalf("%s: decoded data differs from the input\n got %x\nwant %x", name, got, want)
 		}
-		if data.BigEndian != (o.BigEndian && dtypes[o.DType].swap > 1) {
+		if data.BigEndian != (o.BigEndian && dtypeOf(o.DType).Swap > 1) {
 			t.Errorf("%s: data BigEndian = %v", name, data.BigEndian)
 		}
 	}
 
 	// Masks.
 	n, _ := formats.ElementCount(o.Shape)
-	for _, kind := range maskKinds {
+	for _, kind := range wire.MaskKinds() {
 		c := tn.Component("mask_" + kind)
 		pos, want := tc.masks[kind]
 		if (c != nil) != want {
@@ -708,10 +649,16 @@ func checkTensor(t *testing.T, file []byte, tn *formats.Tensor, name string, o *
 	}
 }
 
+// dtypeOf is the wire table's entry of a dtype the tests know exists.
+func dtypeOf(name string) wire.DType {
+	d, _ := wire.DTypeOf(name)
+	return d
+}
+
 // zeroed returns o.Data with the masked elements set to zero.
 func zeroed(o *Object, masks map[string][]int) []byte {
 	out := append([]byte(nil), o.Data...)
-	w := int(dtypes[o.DType].width)
+	w := int(dtypeOf(o.DType).Width)
 	for _, pos := range masks {
 		for _, p := range pos {
 			clear(out[p*w : (p+1)*w])
@@ -809,7 +756,7 @@ func decodeComponent(t *testing.T, file []byte, c *formats.Component) []byte {
 func TestStructure(t *testing.T) {
 	objs := func() []Object {
 		return []Object{
-			{DType: "float32", Shape: []uint64{3}, Data: f32bytes(false, 1, 2, 3), Metadata: map[string]any{"name": "a"}},
+			{DType: "float32", Shape: []uint64{3}, Data: tensogramtest.F32Bytes(false, 1, 2, 3), Metadata: map[string]any{"name": "a"}},
 			{DType: "uint8", Shape: []uint64{5}, Data: []byte{1, 2, 3, 4, 5}, Metadata: map[string]any{"name": "b"}, Preceder: true},
 		}
 	}
@@ -852,24 +799,24 @@ func TestStructure(t *testing.T) {
 			if len(b)%8 != 0 {
 				t.Errorf("length %d is not a multiple of 8", len(b))
 			}
-			frames := walkMessage(t, b)
+			frames := tensogramtest.WalkMessage(t, b)
 			var types, flags []uint16
-			firstFooter := uint64(len(b) - postambleSize)
+			firstFooter := uint64(len(b) - wire.PostambleSize)
 			for _, fr := range frames {
-				types, flags = append(types, fr.typ), append(flags, fr.flags)
-				if fr.off%8 != 0 {
-					t.Errorf("frame at %d is not 8-aligned", fr.off)
+				types, flags = append(types, fr.Type), append(flags, fr.Flags)
+				if fr.Off%8 != 0 {
+					t.Errorf("frame at %d is not 8-aligned", fr.Off)
 				}
-				if fr.typ >= typeFooterHash && fr.typ <= typeFooterMetadata && fr.off < firstFooter {
-					firstFooter = fr.off
+				if fr.Type >= wire.TypeFooterHash && fr.Type <= wire.TypeFooterMetadata && fr.Off < firstFooter {
+					firstFooter = fr.Off
 				}
 				if tc.m.Hash {
-					off, n := fr.body()
-					if xxh3.Hash(b[off:off+n]) != fr.hash {
-						t.Errorf("frame at %d: bad hash slot", fr.off)
+					off, n := fr.Body()
+					if xxh3.Hash(b[off:off+n]) != fr.Hash {
+						t.Errorf("frame at %d: bad hash slot", fr.Off)
 					}
-				} else if fr.hash != 0 {
-					t.Errorf("frame at %d: hash slot %x without hashing", fr.off, fr.hash)
+				} else if fr.Hash != 0 {
+					t.Errorf("frame at %d: hash slot %x without hashing", fr.Off, fr.Hash)
 				}
 			}
 			if fmt.Sprint(types) != fmt.Sprint(tc.types) || fmt.Sprint(flags) != fmt.Sprint(tc.frameFlag) {
@@ -878,7 +825,7 @@ func TestStructure(t *testing.T) {
 			if got := binary.BigEndian.Uint64(b[len(b)-24:]); got != firstFooter {
 				t.Errorf("first_footer_offset %d, want %d", got, firstFooter)
 			}
-			c := openBytes(t, b)
+			c := tensogramtest.OpenClean(t, tensogram.Open, b)
 			if len(c.Tensors) != len(tc.m.Objects) {
 				t.Fatalf("%d tensors", len(c.Tensors))
 			}
@@ -903,17 +850,13 @@ func TestStreamingHeaderAndPreceder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames := walkMessage(t, b)
+	frames := tensogramtest.WalkMessage(t, b)
 	cborOf := func(typ uint16) map[string]any {
 		for _, fr := range frames {
-			if fr.typ == typ {
-				off, n := fr.body()
-				v, err := decodeCBOR(b[off : off+n])
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := textMap(v, "frame")
-				if err != nil {
+			if fr.Type == typ {
+				off, n := fr.Body()
+				var g map[string]any
+				if err := cbor.Unmarshal(b[off:off+n], &g); err != nil {
 					t.Fatal(err)
 				}
 				return g
@@ -922,7 +865,7 @@ func TestStreamingHeaderAndPreceder(t *testing.T) {
 		t.Fatalf("no frame of type %d", typ)
 		return nil
 	}
-	header, preceder, footer := cborOf(typeHeaderMetadata), cborOf(typePreceder), cborOf(typeFooterMetadata)
+	header, preceder, footer := cborOf(wire.TypeHeaderMetadata), cborOf(wire.TypePreceder), cborOf(wire.TypeFooterMetadata)
 	if _, ok := header["_reserved_"]; ok {
 		t.Error("header metadata has _reserved_")
 	}
@@ -936,7 +879,7 @@ func TestStreamingHeaderAndPreceder(t *testing.T) {
 	if len(base) != 2 || footer["_reserved_"] == nil || fmt.Sprint(footer["_extra_"]) != "map[run:7]" {
 		t.Errorf("footer %v", footer)
 	}
-	c := openBytes(t, b)
+	c := tensogramtest.OpenClean(t, tensogram.Open, b)
 	if c.Tensors[0].Name != "0/first" || c.Tensors[1].Name != "0/second" {
 		t.Errorf("names %s, %s", c.Tensors[0].Name, c.Tensors[1].Name)
 	}
@@ -954,7 +897,7 @@ func TestEndMagicInPayload(t *testing.T) {
 		}
 		file = append(file, b...)
 	}
-	c := openBytes(t, file)
+	c := tensogramtest.OpenClean(t, tensogram.Open, file)
 	if len(c.Tensors) != 3 {
 		t.Fatalf("%d tensors", len(c.Tensors))
 	}
@@ -978,7 +921,7 @@ func TestLargeIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := openBytes(t, b) // the reader cross-checks the index against the frames
+		c := tensogramtest.OpenClean(t, tensogram.Open, b) // the reader cross-checks the index against the frames
 		if len(c.Tensors) != 5 {
 			t.Fatalf("%d tensors", len(c.Tensors))
 		}
@@ -1004,7 +947,7 @@ func TestStreamEncoder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		o := Object{DType: "float32", Shape: []uint64{2}, Data: f32bytes(false, float32(i), 1), Compression: "lz4",
+		o := Object{DType: "float32", Shape: []uint64{2}, Data: tensogramtest.F32Bytes(false, float32(i), 1), Compression: "lz4",
 			Metadata: map[string]any{"name": fmt.Sprint("s", i)}, Preceder: i == 1}
 		if err := e.WriteObject(o); err != nil {
 			t.Fatal(err)
@@ -1054,7 +997,7 @@ func TestStreamEncoder(t *testing.T) {
 	if got := binary.BigEndian.Uint64(plain.Bytes()[16:24]); got != 0 {
 		t.Errorf("plain streaming total_length %d", got)
 	}
-	c := openBytes(t, b)
+	c := tensogramtest.OpenClean(t, tensogram.Open, b)
 	var names []string
 	for _, tn := range c.Tensors {
 		names = append(names, tn.Name)
@@ -1107,7 +1050,7 @@ func TestStreamEncoderWriteError(t *testing.T) {
 
 func TestWriterRejects(t *testing.T) {
 	ok := func() Object {
-		return Object{DType: "float32", Shape: []uint64{2}, Data: f32bytes(false, 1, 2)}
+		return Object{DType: "float32", Shape: []uint64{2}, Data: tensogramtest.F32Bytes(false, 1, 2)}
 	}
 	f64 := func() Object {
 		return Object{DType: "float64", Shape: []uint64{2}, Data: f64bytes(false, 1, 2), Encoding: "simple_packing", Bits: 12}
@@ -1196,7 +1139,7 @@ func TestWriterNeverPanics(t *testing.T) {
 		dt := pick(dts...)
 		size := r.Intn(40)
 		if n, err := formats.ElementCount(shape); err == nil && n < 1<<16 && r.Intn(8) != 0 {
-			size = int(n) * int(dtypes[dt].width)
+			size = int(n) * int(dtypeOf(dt).Width)
 			if dt == "bitmask" {
 				size = int(bitmask.PackedLen(n))
 			}
@@ -1231,7 +1174,7 @@ func TestWriterNeverPanics(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if _, err := Open(bytes.NewReader(b), int64(len(b))); err != nil {
+		if _, err := tensogram.Open(bytes.NewReader(b), int64(len(b))); err != nil {
 			t.Fatalf("case %d %+v: written message does not open: %v", i, o, err)
 		}
 	}
@@ -1240,36 +1183,10 @@ func TestWriterNeverPanics(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Helpers.
 
-func putUint(b []byte, w int, big bool, v uint64) {
-	for i := range w {
-		shift := 8 * i
-		if big {
-			shift = 8 * (w - 1 - i)
-		}
-		b[i] = byte(v >> shift)
-	}
-}
-
-func f32bytes(big bool, v ...float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		putUint(b[4*i:], 4, big, uint64(math.Float32bits(x)))
-	}
-	return b
-}
-
 func f64bytes(big bool, v ...float64) []byte {
 	b := make([]byte, 8*len(v))
 	for i, x := range v {
-		putUint(b[8*i:], 8, big, math.Float64bits(x))
-	}
-	return b
-}
-
-func intBytes(w int, big bool, v ...int64) []byte {
-	b := make([]byte, w*len(v))
-	for i, x := range v {
-		putUint(b[w*i:], w, big, uint64(x))
+		tensogramtest.PutUint(b[8*i:], 8, big, math.Float64bits(x))
 	}
 	return b
 }

@@ -1,4 +1,4 @@
-package tensogram
+package tensogramwrite
 
 import (
 	"bytes"
@@ -14,26 +14,13 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 	"github.com/ztfs/ztfs/internal/codec/bitmask"
 	"github.com/ztfs/ztfs/internal/codec/lz4block"
 	"github.com/ztfs/ztfs/internal/codec/shuffle"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
 	"github.com/ztfs/ztfs/internal/codec/szip"
 )
-
-// The writer produces wire-version-3 messages in the dialect of upstream
-// Tensogram 0.21 to 0.24 (docs/formats/tensogram.md, "Dialects", D): no
-// top-level "version" key, sp_-prefixed simple_packing parameters and, when
-// hashing, the per-frame HASH_PRESENT flag on every frame. Frames, padding,
-// index and hash frames are laid out (unless Message.Unpadded asks for no
-// padding) as upstream's buffered encoder (framing.rs encode_message) and
-// streaming encoder (streaming.rs) lay them out, and every CBOR item is
-// canonical in upstream's sense: map keys sorted by their encoded bytes,
-// shortest integers and floats. Given the same inputs and the same _reserved_
-// provenance (upstream's time and uuid), the output is byte-identical to
-// upstream's files: the 0.24 goldens and metadata_parity.tgm exactly, the 0.19
-// streaming fixtures up to the per-frame hash flag that 0.19 did not set
-// (writer_test.go).
 
 // Object is one data object (tensor) to write.
 type Object struct {
@@ -162,7 +149,7 @@ func (m *Message) next(pos uint64) uint64 {
 	if m.Unpadded {
 		return pos
 	}
-	return align8(pos)
+	return wire.Align8(pos)
 }
 
 // pad appends the padding after a structure; b starts at a message start.
@@ -240,14 +227,14 @@ func encodeBuffered(m Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	metaFrame := appendFrame(nil, typeHeaderMetadata, metaCBOR, m.Hash)
+	metaFrame := appendFrame(nil, wire.TypeHeaderMetadata, metaCBOR, m.Hash)
 	var hashFrame []byte
 	if m.Hash && len(objs) > 0 {
 		h, err := hashListCBOR(objs)
 		if err != nil {
 			return nil, err
 		}
-		hashFrame = appendFrame(nil, typeHeaderHash, h, m.Hash)
+		hashFrame = appendFrame(nil, wire.TypeHeaderHash, h, m.Hash)
 	}
 	// The index lists the data frames' offsets, which depend on the index
 	// frame's own length: iterate to the fixed point (two or three rounds
@@ -260,7 +247,7 @@ func encodeBuffered(m Message) ([]byte, error) {
 			lengths[i] = uint64(len(o.frame))
 		}
 		for round := 0; ; round++ {
-			pos := m.next(preambleSize + uint64(len(metaFrame)))
+			pos := m.next(wire.PreambleSize + uint64(len(metaFrame)))
 			pos = m.next(pos + uint64(len(indexFrame)))
 			pos = m.next(pos + uint64(len(hashFrame)))
 			offsets = offsets[:0]
@@ -272,7 +259,7 @@ func encodeBuffered(m Message) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			next := appendFrame(nil, typeHeaderIndex, ix, m.Hash)
+			next := appendFrame(nil, wire.TypeHeaderIndex, ix, m.Hash)
 			if len(next) == len(indexFrame) {
 				indexFrame = next
 				break
@@ -292,7 +279,7 @@ func encodeBuffered(m Message) ([]byte, error) {
 		flags |= flagHeaderHashes
 	}
 	if m.Hash {
-		flags |= messageHashesPresent
+		flags |= wire.MessageHashesPresent
 	}
 	out := appendPreamble(nil, flags)
 	for _, f := range [][]byte{metaFrame, indexFrame, hashFrame} {
@@ -370,10 +357,10 @@ func newStreamEncoder(w io.Writer, m Message, headerBase []any) (*StreamEncoder,
 	// up front, whether or not such frames follow.
 	flags := uint16(flagHeaderMetadata | flagFooterMetadata | flagFooterIndex | flagPreceder)
 	if m.Hash {
-		flags |= flagFooterHashes | messageHashesPresent
+		flags |= flagFooterHashes | wire.MessageHashesPresent
 	}
 	e.write(appendPreamble(nil, flags))
-	e.writeFrame(appendFrame(nil, typeHeaderMetadata, meta, m.Hash))
+	e.writeFrame(appendFrame(nil, wire.TypeHeaderMetadata, meta, m.Hash))
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -400,7 +387,7 @@ func (e *StreamEncoder) WriteObject(o Object) error {
 		if err != nil {
 			return fmt.Errorf("object %d: preceder metadata: %w", i, err)
 		}
-		e.writeFrame(appendFrame(nil, typePreceder, p, e.hash))
+		e.writeFrame(appendFrame(nil, wire.TypePreceder, p, e.hash))
 	}
 	e.offsets = append(e.offsets, e.pos)
 	e.lengths = append(e.lengths, uint64(len(enc.frame)))
@@ -426,19 +413,19 @@ func (e *StreamEncoder) Close() error {
 	if err != nil {
 		return err
 	}
-	e.writeFrame(appendFrame(nil, typeFooterMetadata, meta, e.hash))
+	e.writeFrame(appendFrame(nil, wire.TypeFooterMetadata, meta, e.hash))
 	if e.hash && len(e.hashes) > 0 {
 		h, err := encMode.Marshal(map[string]any{"algorithm": "xxh3", "hashes": hexHashes(e.hashes)})
 		if err != nil {
 			return err
 		}
-		e.writeFrame(appendFrame(nil, typeFooterHash, h, e.hash))
+		e.writeFrame(appendFrame(nil, wire.TypeFooterHash, h, e.hash))
 	}
 	ix, err := indexCBOR(e.offsets, e.lengths)
 	if err != nil {
 		return err
 	}
-	e.writeFrame(appendFrame(nil, typeFooterIndex, ix, e.hash))
+	e.writeFrame(appendFrame(nil, wire.TypeFooterIndex, ix, e.hash))
 	e.write(appendPostamble(nil, footerStart))
 	if e.err != nil || e.backfill == nil {
 		return e.err
@@ -478,7 +465,7 @@ func (e *StreamEncoder) writeFrame(frame []byte) {
 		return
 	}
 	var zero [8]byte
-	e.write(zero[:align8(e.pos)-e.pos])
+	e.write(zero[:wire.Align8(e.pos)-e.pos])
 }
 
 // Message flag bits (docs/formats/tensogram.md, "Messages") beyond those
@@ -512,8 +499,8 @@ var encMode = func() cbor.EncMode {
 }()
 
 func appendPreamble(dst []byte, flags uint16) []byte {
-	dst = append(dst, magic...)
-	dst = binary.BigEndian.AppendUint16(dst, wireVersion)
+	dst = append(dst, wire.Magic...)
+	dst = binary.BigEndian.AppendUint16(dst, wire.Version)
 	dst = binary.BigEndian.AppendUint16(dst, flags)
 	dst = binary.BigEndian.AppendUint32(dst, 0)
 	return binary.BigEndian.AppendUint64(dst, 0) // total_length, patched later
@@ -524,7 +511,7 @@ func appendPreamble(dst []byte, flags uint16) []byte {
 func appendPostamble(dst []byte, firstFooter uint64) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, firstFooter)
 	dst = binary.BigEndian.AppendUint64(dst, 0)
-	return append(dst, endMagic...)
+	return append(dst, wire.EndMagic...)
 }
 
 // appendFrame appends a metadata, index, hash or preceder frame.
@@ -532,16 +519,16 @@ func appendFrame(dst []byte, typ uint16, body []byte, hashing bool) []byte {
 	var flags uint16
 	var h uint64
 	if hashing {
-		flags, h = frameHashPresent, xxh3.Hash(body)
+		flags, h = wire.FrameHashPresent, xxh3.Hash(body)
 	}
-	dst = appendFrameHeader(dst, typ, flags, uint64(frameHeader+len(body)+12))
+	dst = appendFrameHeader(dst, typ, flags, uint64(wire.FrameHeaderSize+len(body)+12))
 	dst = append(dst, body...)
 	dst = binary.BigEndian.AppendUint64(dst, h)
-	return append(dst, frameEnd...)
+	return append(dst, wire.FrameEnd...)
 }
 
 func appendFrameHeader(dst []byte, typ, flags uint16, length uint64) []byte {
-	dst = append(dst, frameMarker...)
+	dst = append(dst, wire.FrameMarker...)
 	dst = binary.BigEndian.AppendUint16(dst, typ)
 	dst = binary.BigEndian.AppendUint16(dst, 1) // frame version
 	dst = binary.BigEndian.AppendUint16(dst, flags)
@@ -657,7 +644,7 @@ func orNone(s string) string {
 // objectPlan is a validated object: its dtype, element count, strides
 // and pipeline step names.
 type objectPlan struct {
-	dt                            dtypeInfo
+	dt                            wire.DType
 	n                             uint64
 	strides                       []uint64
 	encoding, filter, compression string
@@ -667,7 +654,7 @@ type objectPlan struct {
 // checkObject validates o against docs/formats/tensogram.md ("Data objects" to
 // "Decoding") and the combinations upstream rejects, before anything is encoded.
 func checkObject(o *Object) (*objectPlan, error) {
-	dt, ok := dtypes[o.DType]
+	dt, ok := wire.DTypeOf(o.DType)
 	if !ok {
 		return nil, fmt.Errorf("unknown dtype %q", o.DType)
 	}
@@ -685,7 +672,7 @@ func checkObject(o *Object) (*objectPlan, error) {
 	var want uint64
 	if isBitmask {
 		want = bitmask.PackedLen(n)
-	} else if want, err = mulSize(n, dt.width); err != nil {
+	} else if want, err = wire.Size(n, dt.Width); err != nil {
 		return nil, err
 	}
 	if uint64(len(o.Data)) != want {
@@ -750,7 +737,7 @@ func checkObject(o *Object) (*objectPlan, error) {
 		if !maskableDtypes[o.DType] {
 			return nil, fmt.Errorf("NaN/Inf masks apply to float and complex dtypes, not %s", o.DType)
 		}
-		if !maskMethods[o.Masks] {
+		if !wire.MaskMethod(o.Masks) {
 			return nil, fmt.Errorf("unknown or unsupported mask method %q (want none, rle, roaring, zstd or lz4)", o.Masks)
 		}
 	}
@@ -827,7 +814,7 @@ func encodeObject(o *Object, hashing bool) (*encodedObject, error) {
 
 	// Filter.
 	if filter == "shuffle" {
-		size := int(dt.width)
+		size := int(dt.Width)
 		if sp {
 			size = (o.Bits + 7) / 8
 		}
@@ -877,7 +864,7 @@ func encodeObject(o *Object, hashing bool) (*encodedObject, error) {
 	if len(maskElems) > 0 {
 		masks := map[string]any{}
 		enc.masks = map[string][]byte{}
-		for _, kind := range maskKinds {
+		for _, kind := range wire.MaskKinds() {
 			elems, ok := maskElems[kind]
 			if !ok {
 				continue
@@ -944,7 +931,7 @@ func zstdEncoder(level int) (*zstd.Encoder, error) {
 // sample follow docs/formats/tensogram.md, "Decoding": B after simple_packing,
 // 8 after shuffle, the dtype width otherwise; the reader's (*descriptor).szip
 // derives the same.
-func szipEncode(stage []byte, o *Object, sp bool, dt dtypeInfo, shuffled bool, desc map[string]any) ([]byte, []uint64, error) {
+func szipEncode(stage []byte, o *Object, sp bool, dt wire.DType, shuffled bool, desc map[string]any) ([]byte, []uint64, error) {
 	p := SzipParams{RSI: 128, BlockSize: 16, Flags: szip.FlagPreprocess}
 	if o.Szip != nil {
 		p = *o.Szip
@@ -966,7 +953,7 @@ func szipEncode(stage []byte, o *Object, sp bool, dt dtypeInfo, shuffled bool, d
 	case shuffled:
 		aec.BitsPerSample = 8
 	default:
-		aec.BitsPerSample = int(dt.width * 8)
+		aec.BitsPerSample = int(dt.Width * 8)
 		if aec.BitsPerSample > 32 {
 			return nil, nil, fmt.Errorf("szip cannot code %d-bit samples; add the shuffle filter", aec.BitsPerSample)
 		}
@@ -996,15 +983,15 @@ func szipEncode(stage []byte, o *Object, sp bool, dt dtypeInfo, shuffled bool, d
 func dataFrame(desc, region []byte, descFirst, hashing bool) ([]byte, uint64) {
 	var flags uint16
 	if !descFirst {
-		flags |= frameCBORAfterPayload
+		flags |= wire.FrameCBORAfterPayload
 	}
 	if hashing {
-		flags |= frameHashPresent
+		flags |= wire.FrameHashPresent
 	}
-	total := uint64(frameHeader + len(desc) + len(region) + 20)
+	total := uint64(wire.FrameHeaderSize + len(desc) + len(region) + 20)
 	f := make([]byte, 0, total)
-	f = appendFrameHeader(f, typeData, flags, total)
-	cborOffset := uint64(frameHeader)
+	f = appendFrameHeader(f, wire.TypeData, flags, total)
+	cborOffset := uint64(wire.FrameHeaderSize)
 	if descFirst {
 		f = append(append(f, desc...), region...)
 	} else {
@@ -1013,11 +1000,11 @@ func dataFrame(desc, region []byte, descFirst, hashing bool) ([]byte, uint64) {
 	}
 	var h uint64
 	if hashing {
-		h = xxh3.Hash(f[frameHeader:])
+		h = xxh3.Hash(f[wire.FrameHeaderSize:])
 	}
 	f = binary.BigEndian.AppendUint64(f, cborOffset)
 	f = binary.BigEndian.AppendUint64(f, h)
-	return append(f, frameEnd...), h
+	return append(f, wire.FrameEnd...), h
 }
 
 func rowMajor(shape []uint64) []uint64 {
