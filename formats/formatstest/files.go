@@ -46,3 +46,13 @@ func MustOpen(t testing.TB, open Opener, b []byte) *formats.Container {
 	}
 	return c
 }
+
+// Stored returns the stored bytes of component c in the file image file,
+// failing t when they lie outside it.
+func Stored(t testing.TB, file []byte, c *formats.Component) []byte {
+	t.Helper()
+	if c.Offset > uint64(len(file)) || c.Length > uint64(len(file))-c.Offset {
+		t.Fatalf("component %q [%d, +%d) lies outside the %d-byte file", c.Role, c.Offset, c.Length, len(file))
+	}
+	return file[c.Offset : c.Offset+c.Length]
+}

@@ -234,7 +234,7 @@ func checkTensor(t *testing.T, file []byte, got *formats.Tensor, want wantTensor
 		}
 		switch {
 		case want.badDigest:
-			if digestOf(t, stored(t, file, c), c.Digest) == c.Digest {
+			if digestOf(t, formatstest.Stored(t, file, c), c.Digest) == c.Digest {
 				t.Errorf("%s: digest %s verifies, want a mismatch", where, c.Digest)
 			}
 		case c.Encoding.Known():
@@ -267,7 +267,7 @@ func checkTensor(t *testing.T, file []byte, got *formats.Tensor, want wantTensor
 // TestFixturesMatchManifests cross-checks every v1.x component against the
 // decoded manifests the fixture set ships.
 func TestFixturesMatchManifests(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(fixtures, "manifests.json"))
+	raw, err := os.ReadFile(filepath.Join(formatstest.Testdata("ztensor"), "manifests.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +354,7 @@ func TestEveryFixtureListed(t *testing.T) {
 	for _, fx := range validFixtures {
 		listed[fx.file] = true
 	}
-	rows, err := os.ReadFile(filepath.Join(fixtures, "expected.tsv"))
+	rows, err := os.ReadFile(filepath.Join(formatstest.Testdata("ztensor"), "expected.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,6 @@ import (
 	"github.com/ztfs/ztfs/formats/formatstest"
 )
 
-// fixtures is the zTensor corpus (testdata/ztensor).
-var fixtures = formatstest.Testdata("ztensor")
-
 func tensorNamed(t testing.TB, c *formats.Container, name string) *formats.Tensor {
 	t.Helper()
 	for _, x := range c.Tensors {
@@ -30,20 +27,11 @@ func tensorNamed(t testing.TB, c *formats.Container, name string) *formats.Tenso
 	return nil
 }
 
-// stored returns the stored bytes of a component.
-func stored(t testing.TB, file []byte, c *formats.Component) []byte {
-	t.Helper()
-	if c.Offset > uint64(len(file)) || c.Length > uint64(len(file))-c.Offset {
-		t.Fatalf("component %q [%d, +%d) lies outside the %d-byte file", c.Role, c.Offset, c.Length, len(file))
-	}
-	return file[c.Offset : c.Offset+c.Length]
-}
-
 // decoded returns the decoded, little-endian bytes of a component, checking
 // the decoded size against Size.
 func decoded(t testing.TB, file []byte, c *formats.Component) []byte {
 	t.Helper()
-	b := stored(t, file, c)
+	b := formatstest.Stored(t, file, c)
 	switch c.Encoding {
 	case formats.Raw:
 	case formats.Zstd:
@@ -85,7 +73,7 @@ func checkDigest(t testing.TB, file []byte, c *formats.Component) {
 	if c.Digest == "" {
 		return
 	}
-	if want := digestOf(t, stored(t, file, c), c.Digest); c.Digest != want {
+	if want := digestOf(t, formatstest.Stored(t, file, c), c.Digest); c.Digest != want {
 		t.Errorf("component %q: digest %s, stored bytes give %s", c.Role, c.Digest, want)
 	}
 }

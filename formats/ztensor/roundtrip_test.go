@@ -18,6 +18,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 )
 
 // spec names one component written in a round trip, with its bytes.
@@ -288,7 +289,7 @@ func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject,
 				wantSize = -1 // only decoding tells
 			}
 		}
-		switch st := stored(t, file, c); codec {
+		switch st := formatstest.Stored(t, file, c); codec {
 		case rtZstdSingle:
 			if len(st) < 6 || st[4] != 0 {
 				t.Errorf("%s/%s: zstd frame header descriptor %x, want 00 (no content size)", where, s.role, st[:6])
@@ -323,7 +324,7 @@ func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject,
 // reencoded is what attributes become after a trip through CBOR.
 func reencoded(t *testing.T, attrs map[string]any) map[string]any {
 	t.Helper()
-	v, err := decode(cborOf(t, attrs))
+	v, err := ztread.Decode(cborOf(t, attrs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sort"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 )
 
 // V2Writer writes a zTensor v2 file in the specification's canonical
@@ -110,8 +112,8 @@ func NewV2Writer(f V2File, opts V2Options) (*V2Writer, error) {
 	if align == 0 {
 		align = v2CanonicalAlign
 	}
-	if align%v2Align != 0 {
-		return nil, fmt.Errorf("alignment %d is not a multiple of %d", align, v2Align)
+	if align%ztensor2.Align != 0 {
+		return nil, fmt.Errorf("alignment %d is not a multiple of %d", align, ztensor2.Align)
 	}
 	w := &V2Writer{f: f, align: align, blobs: map[blobKey][][2]uint64{}}
 	if err := w.write(magicV2); err != nil {
@@ -156,18 +158,18 @@ func (w *V2Writer) checkObject(name, layout string, parts []V2Part) error {
 	case len(parts) == 0:
 		return errors.New("no parts")
 	}
-	if err := checkName("object name", name); err != nil {
+	if err := ztensor2.CheckName("object name", name); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
 	for _, p := range parts {
-		if err := checkName("part name", p.Name); err != nil {
+		if err := ztensor2.CheckName("part name", p.Name); err != nil {
 			return err
 		}
 		switch {
 		case seen[p.Name]:
 			return fmt.Errorf("part %q given twice", p.Name)
-		case v2DTypes[p.DType] == "":
+		case !isStorageDType(p.DType):
 			return fmt.Errorf("part %q: dtype %q is not one of the 12 storage types", p.Name, p.DType)
 		case p.Data == nil:
 			return fmt.Errorf("part %q has no data", p.Name)
@@ -333,11 +335,11 @@ func (w *V2Writer) Close(attrs map[string]any) error {
 	if err := w.check(manifest, at); err != nil {
 		return err
 	}
-	footer := make([]byte, 0, v2FooterLen)
+	footer := make([]byte, 0, ztensor2.FooterLen)
 	footer = binary.LittleEndian.AppendUint64(footer, at)
 	footer = binary.LittleEndian.AppendUint64(footer, uint64(len(manifest)))
 	footer = binary.LittleEndian.AppendUint64(footer, xxh3.Hash(manifest))
-	footer = binary.LittleEndian.AppendUint32(footer, v2Version)
+	footer = binary.LittleEndian.AppendUint32(footer, ztensor2.Version)
 	footer = binary.LittleEndian.AppendUint32(footer, 0)
 	footer = append(footer, magicV2...)
 	for _, b := range [][]byte{manifest, footer} {
@@ -352,15 +354,16 @@ func (w *V2Writer) Close(attrs map[string]any) error {
 // check validates the manifest about to be written at offset at, as the
 // reader will.
 func (w *V2Writer) check(manifest []byte, at uint64) error {
-	m, err := parseV2Manifest(manifest)
-	if err == nil {
-		dataEnd := at + uint64(len(manifest))
-		_, err = m.validate(dataEnd, [2]uint64{at, uint64(len(manifest))})
-	}
-	if err != nil {
+	if err := ztensor2.CheckManifest(manifest, at); err != nil {
 		return fmt.Errorf("the manifest written would be refused: %w", err)
 	}
 	return nil
+}
+
+// isStorageDType reports whether name is one of v2's 12 storage dtypes.
+func isStorageDType(name string) bool {
+	_, ok := ztensor2.StorageDType(name)
+	return ok
 }
 
 // manifest encodes the manifest in deterministic CBOR.
@@ -374,7 +377,7 @@ func (w *V2Writer) manifest(attrs map[string]any) ([]byte, error) {
 				m["type"] = p.typ
 			}
 			if p.seekable {
-				m["encoding"] = seekable
+				m["encoding"] = ztensor2.SeekableEncoding
 				m["decoded_length"] = p.decoded
 			}
 			parts[p.name] = m

@@ -104,7 +104,7 @@ func TestWriterZstdFrames(t *testing.T) {
 			if size == 0 {
 				size = DefaultZstdFrameSize
 			}
-			checkZstdFrames(t, stored(t, buf.Bytes(), x), tc.n, size)
+			checkZstdFrames(t, formatstest.Stored(t, buf.Bytes(), x), tc.n, size)
 			if got := decoded(t, buf.Bytes(), x); !bytes.Equal(got, data) {
 				t.Fatal("decoded bytes differ")
 			}

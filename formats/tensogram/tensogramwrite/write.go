@@ -469,7 +469,7 @@ func (e *StreamEncoder) writeFrame(frame []byte) {
 }
 
 // Message flag bits (docs/formats/tensogram.md, "Messages") beyond those
-// frames.go names.
+// package wire names.
 const (
 	flagHeaderMetadata = 1 << 0
 	flagFooterMetadata = 1 << 1

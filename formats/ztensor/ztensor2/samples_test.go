@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2_test
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
 // v2Sample is a small v2 file built in the test, with what a reader must
@@ -102,8 +104,8 @@ func v2Samples(t testing.TB) []v2Sample {
 func TestV2Samples(t *testing.T) {
 	for _, s := range v2Samples(t) {
 		t.Run(s.name, func(t *testing.T) {
-			c := formatstest.MustOpen(t, Open, s.file)
-			checkInvariants(t, c, uint64(len(s.file)))
+			c := formatstest.MustOpen(t, ztensor.Open, s.file)
+			ztensortest.CheckInvariants(t, c, uint64(len(s.file)))
 			checkV2Container(t, c, s.file)
 			if s.tensors < 0 {
 				if len(c.Tensors) != 0 || len(c.Warnings) == 0 {

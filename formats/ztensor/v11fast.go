@@ -9,6 +9,7 @@ import (
 	"github.com/x448/float16"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
@@ -33,7 +34,7 @@ const maxFastEntries = 64
 func parseV11Fast(b []byte, blobEnd uint64) (c *formats.Container, ok bool) {
 	// Everything the generic decoder checks before building values: one
 	// item, no trailing bytes, nesting and length limits.
-	if decMode.Wellformed(b) != nil {
+	if ztread.Wellformed(b) != nil {
 		return nil, false
 	}
 	p := fastParser{r: reader{b: b}, blobEnd: blobEnd}
@@ -51,34 +52,11 @@ type reader struct {
 // head reads an item head with a definite argument; val is the argument
 // (length, count, integer, simple value or float bits).
 func (r *reader) head() (major, ai byte, val uint64, ok bool) {
-	if r.off >= len(r.b) {
+	major, ai, val, n, err := ztread.Head(r.b, r.off)
+	if err != nil {
 		return 0, 0, 0, false
 	}
-	c := r.b[r.off]
-	major, ai = c>>5, c&31
-	n := 0
-	switch {
-	case ai < 24:
-		r.off++
-		return major, ai, uint64(ai), true
-	case ai == 24:
-		n = 1
-	case ai == 25:
-		n = 2
-	case ai == 26:
-		n = 4
-	case ai == 27:
-		n = 8
-	default: // reserved or indefinite
-		return 0, 0, 0, false
-	}
-	if len(r.b)-r.off-1 < n {
-		return 0, 0, 0, false
-	}
-	for _, x := range r.b[r.off+1 : r.off+1+n] {
-		val = val<<8 | uint64(x)
-	}
-	r.off += 1 + n
+	r.off += n
 	return major, ai, val, true
 }
 
@@ -172,8 +150,8 @@ func (r *reader) generic() (any, bool) {
 	if !r.skip() {
 		return nil, false
 	}
-	var v any
-	if err := decMode.Unmarshal(r.b[start:r.off], &v); err != nil {
+	v, err := ztread.Decode(r.b[start:r.off])
+	if err != nil {
 		return nil, false
 	}
 	return v, true

@@ -64,7 +64,7 @@ func dump(c *formats.Container) string {
 // TestFastFixtures runs every shared v1.1 and v1.2 fixture through both
 // paths; the fast path must take every valid one.
 func TestFastFixtures(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(fixtures, "v1_[12]", "*", "*.zt"))
+	files, err := filepath.Glob(filepath.Join(formatstest.Testdata("ztensor"), "v1_[12]", "*", "*.zt"))
 	if err != nil || len(files) < 20 {
 		t.Fatalf("fixtures: %d files, %v", len(files), err)
 	}

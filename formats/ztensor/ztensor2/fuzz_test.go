@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2_test
 
 import (
 	"bytes"
@@ -14,6 +14,9 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
 // A v2 file is mostly zeros: blobs and the manifest sit at multiples of
@@ -77,7 +80,7 @@ func v2Seeds(t testing.TB) [][]byte {
 	t.Helper()
 	var files []string
 	for _, pattern := range []string{"v2_conformance/*/*.zt", "v2_interop/seeds/*.zt"} {
-		m, err := filepath.Glob(filepath.Join(fixtures, pattern))
+		m, err := filepath.Glob(filepath.Join(formatstest.Testdata("ztensor"), pattern))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +129,7 @@ func FuzzOpenV2(f *testing.F) {
 		if !ok {
 			return
 		}
-		c, err := formatstest.OpenBytes(Open, file)
+		c, err := formatstest.OpenBytes(ztensor.Open, file)
 		if err != nil {
 			checkV2Error(t, file, err)
 			return
@@ -134,9 +137,9 @@ func FuzzOpenV2(f *testing.F) {
 		if c.FormatVersion != "2" {
 			return // a v0.1 or v1 file: FuzzOpen's
 		}
-		checkInvariants(t, c, uint64(len(file)))
+		ztensortest.CheckInvariants(t, c, uint64(len(file)))
 		checkV2Container(t, c, file)
-		again, err := formatstest.OpenBytes(Open, file)
+		again, err := formatstest.OpenBytes(ztensor.Open, file)
 		if err != nil {
 			t.Fatalf("opened once, then: %v", err)
 		}
@@ -159,7 +162,7 @@ func checkV2Error(t *testing.T, file []byte, err error) {
 	switch {
 	case len(file) < 8:
 		formatstest.Refused(t, err, "zTensor", "not a zTensor file")
-	case bytes.Equal(head, magicV01) || bytes.Equal(head, magicV1):
+	case bytes.Equal(head, []byte("ZTEN0001")) || bytes.Equal(head, []byte("ZTEN1000")):
 		if isRule {
 			t.Fatalf("a v0.1 or v1 file refused under a v2 rule: %v", err)
 		}
@@ -186,7 +189,7 @@ func checkV2Container(t *testing.T, c *formats.Container, file []byte) {
 	if c.Format != "ztensor" || c.FormatVersion != "2" {
 		t.Fatalf("format %q %q", c.Format, c.FormatVersion)
 	}
-	foot := file[size-v2FooterLen:]
+	foot := file[size-ztensor2.FooterLen:]
 	moff, mlen := binary.LittleEndian.Uint64(foot), binary.LittleEndian.Uint64(foot[8:])
 	if mlen == 0 {
 		if len(c.Tensors) != 0 || len(c.Shards) != 0 || len(c.Warnings) != 1 {
@@ -195,7 +198,7 @@ func checkV2Container(t *testing.T, c *formats.Container, file []byte) {
 		return
 	}
 	for i, s := range c.Shards {
-		if checkShardName(s.Name) != nil || i > 0 && c.Shards[i-1].Name >= s.Name || s.Size < v2MinFileLen || s.Locate == nil {
+		if ztensor2.CheckShardName(s.Name) != nil || i > 0 && c.Shards[i-1].Name >= s.Name || s.Size < ztensor2.MinFileLen || s.Locate == nil {
 			t.Fatalf("shard %d: %+v", i, *s)
 		}
 		if got, want := s.Locate("/m/model.zt"), "/m/model-"+s.Name+".zt"; got != want {
@@ -209,14 +212,14 @@ func checkV2Container(t *testing.T, c *formats.Container, file []byte) {
 		}
 		for _, comp := range x.Components {
 			where := x.Name + "/" + comp.Role
-			end := size - v2FooterLen
+			end := size - ztensor2.FooterLen
 			if comp.Source > 0 {
-				end = uint64(c.Shards[comp.Source-1].Size) - v2FooterLen
+				end = uint64(c.Shards[comp.Source-1].Size) - ztensor2.FooterLen
 			}
 			switch {
 			case comp.Size < 0:
 				t.Fatalf("%s: size %d", where, comp.Size)
-			case comp.Offset%v2Align != 0 || comp.Offset < v2Align:
+			case comp.Offset%ztensor2.Align != 0 || comp.Offset < ztensor2.Align:
 				t.Fatalf("%s: blob at %d", where, comp.Offset)
 			case comp.Offset > end || comp.Length > end-comp.Offset:
 				t.Fatalf("%s: blob [%d, +%d) past the data region of source %d, which ends at %d", where, comp.Offset, comp.Length, comp.Source, end)
@@ -226,7 +229,7 @@ func checkV2Container(t *testing.T, c *formats.Container, file []byte) {
 				t.Fatalf("%s: codecs %v", where, comp.Codecs)
 			case len(comp.Codecs) == 1 && comp.Codecs[0] != formats.Codec(formats.Decompress{Method: "zstd-seekable", Size: uint64(comp.Size)}):
 				t.Fatalf("%s: codec %+v for size %d", where, comp.Codecs[0], comp.Size)
-			case comp.Digest != "" && checkDigestText(where, comp.Digest) != nil:
+			case comp.Digest != "" && ztensor2.CheckDigestText(where, comp.Digest) != nil:
 				t.Fatalf("%s: digest %q", where, comp.Digest)
 			}
 			if comp.Length > 0 {

@@ -1,42 +1,18 @@
 package ztensor
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"math"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
-// openV1 opens a file starting with ZTEN1000: v1.1/v1.2 when the footer
-// magic is there, else the v1.0 interim layout if its manifest is found.
-func openV1(r io.ReaderAt, size uint64) (*formats.Container, error) {
-	if size >= 24 {
-		tail, err := readAt(r, size-8, 8)
-		if err != nil {
-			return nil, err
-		}
-		if bytes.Equal(tail, magicV1) {
-			return openV11(r, size)
-		}
-	}
-	root, start, why, err := probeV10(r, size)
-	if err != nil {
-		return nil, err
-	}
-	if root == nil {
-		// A v1.1 writer ends the file with the magic, and what precedes the
-		// last 8 bytes is no v1.0 manifest either: the file stops early.
-		return nil, formats.Truncated("footer magic missing (not ZTEN1000) and %s", why)
-	}
-	return parseV10(root, start)
-}
-
 // openV11 opens a v1.1 or v1.2 file: header and footer magic checked.
 func openV11(r io.ReaderAt, size uint64) (*formats.Container, error) {
-	msize, err := readUint64(r, size-16)
+	msize, err := ztread.ReadUint64(r, size-16)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +23,7 @@ func openV11(r io.ReaderAt, size uint64) (*formats.Container, error) {
 		return nil, fmt.Errorf("manifest size %d does not fit between header and footer of a %d-byte file", msize, size)
 	}
 	start := size - 16 - msize
-	b, err := readAt(r, start, msize)
+	b, err := ztread.ReadAt(r, start, msize)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +37,7 @@ func openV11(r io.ReaderAt, size uint64) (*formats.Container, error) {
 // for the fast path, and the path of every manifest it leaves aside (any
 // refused one included, for its error).
 func parseV11Slow(b []byte, start uint64) (*formats.Container, error) {
-	v, err := decode(b)
+	v, err := ztread.Decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("manifest (%d bytes at %d): %w", len(b), start, err)
 	}

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
@@ -58,6 +59,12 @@ func (o *v2Object) part(name string) *v2Part {
 		}
 	}
 	return nil
+}
+
+// StorageDType returns the storage dtype v2 calls name, one of 12.
+func StorageDType(name string) (formats.DType, bool) {
+	d, ok := v2DTypes[name]
+	return d, ok
 }
 
 // v2DTypes are the 12 storage dtypes and their widths.
@@ -227,8 +234,8 @@ func (c *cursor) wrong(where, field, want string) error {
 	return reject(RuleSchema, "%s: %q is %s, want %s", where, field, got, want)
 }
 
-// checkName applies the rules of object, part and attribute names.
-func checkName(what, s string) error {
+// CheckName applies the rules of object, part and attribute names.
+func CheckName(what, s string) error {
 	switch {
 	case s == "":
 		return reject(RuleName, "%s is empty", what)
@@ -290,12 +297,12 @@ func (c *cursor) attributes(where string) (map[string]any, error) {
 		if !isText {
 			return nil, reject(RuleSchema, "%s: an attribute key is %s, not text", where, c.kindAt())
 		}
-		if err := checkName(where+": attribute key", key); err != nil {
+		if err := CheckName(where+": attribute key", key); err != nil {
 			return nil, err
 		}
 		c.skip()
 	}
-	v, err := decode(c.b[start:c.off])
+	v, err := ztread.Decode(c.b[start:c.off])
 	if err != nil {
 		return nil, reject(RuleSchema, "%s: attributes: %v", where, err)
 	}
@@ -377,7 +384,7 @@ func (c *cursor) objects() ([]*v2Object, error) {
 		if !isText {
 			return nil, reject(RuleSchema, "objects: an object name is %s, not text", c.kindAt())
 		}
-		if err := checkName("object name", name); err != nil {
+		if err := CheckName("object name", name); err != nil {
 			return nil, err
 		}
 		o, err := c.object(name)
@@ -463,7 +470,7 @@ func (c *cursor) parts(where string) ([]*v2Part, error) {
 		if !isText {
 			return nil, reject(RuleSchema, "%s: a part name is %s, not text", where, c.kindAt())
 		}
-		if err := checkName(where+": part name", name); err != nil {
+		if err := CheckName(where+": part name", name); err != nil {
 			return nil, err
 		}
 		p, err := c.part(fmt.Sprintf("%s part %q", where, name))

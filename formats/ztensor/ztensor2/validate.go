@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 			return nil, reject(RuleSchema, "shard %q: size %d is larger than any file can be", s.name, s.size)
 		}
 		source[s.name] = i + 1
-		ends[s.name] = s.size - v2FooterLen
+		ends[s.name] = s.size - FooterLen
 	}
 	refs := map[string][]blobRef{"": {{offset: manifest[0], length: manifest[1]}}}
 	built := &v2Built{tensors: make([]*formats.Tensor, 0, len(m.objects))}
@@ -70,8 +70,8 @@ func (m *v2Manifest) validate(dataEnd uint64, manifest [2]uint64) (*v2Built, err
 // checkBlob applies the placement rules to one part's blob: aligned, not in
 // the header, inside the data region of the file it names.
 func (p *v2Part) checkBlob(dataEnd uint64, shardEnds map[string]uint64) error {
-	if p.offset%v2Align != 0 || p.offset < v2Align {
-		return reject(RuleBlobAlignment, "part %q: blob offset %d is not a multiple of %d at or after %d", p.name, p.offset, v2Align, v2Align)
+	if p.offset%Align != 0 || p.offset < Align {
+		return reject(RuleBlobAlignment, "part %q: blob offset %d is not a multiple of %d at or after %d", p.name, p.offset, Align, Align)
 	}
 	end, in := dataEnd, "this file"
 	if p.shard != "" {

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2_test
 
 import (
 	"encoding/binary"
@@ -8,11 +8,16 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
+
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 )
 
 // Builders of small zTensor v2 files for tests, written from the layout
-// the reader checks (v2.go): the magic, blobs at multiples of 4096, the
+// the reader checks (open.go): the magic, blobs at multiples of 4096, the
 // manifest in core deterministic CBOR, and the 40-byte footer.
+
+// magicV2 is the magic at both ends of a v2 file.
+var magicV2 = []byte(ztensor2.Magic)
 
 // v2Enc encodes manifests in core deterministic CBOR: keys in the bytewise
 // order of their encodings, shortest integers and floats.
@@ -61,7 +66,7 @@ func v2FileRaw(manifest []byte, blobs ...v2Blob) []byte {
 		file = padTo(file, b.Offset)
 		file = append(file[:b.Offset], b.Data...)
 	}
-	at := alignUp(uint64(len(file)), v2Align)
+	at := alignUp(uint64(len(file)), ztensor2.Align)
 	file = padTo(file, at)
 	file = append(file, manifest...)
 	return v2Footer40(file, at, uint64(len(manifest)), xxh3.Hash(manifest))
@@ -74,7 +79,7 @@ func v2Footer40(file []byte, at, n, h uint64) []byte {
 	file = le.AppendUint64(file, at)
 	file = le.AppendUint64(file, n)
 	file = le.AppendUint64(file, h)
-	file = le.AppendUint32(file, v2Version)
+	file = le.AppendUint32(file, ztensor2.Version)
 	file = le.AppendUint32(file, 0)
 	return append(file, magicV2...)
 }

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2
 
 import (
 	"bytes"
@@ -9,16 +9,26 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 )
+
+// Magic starts and ends every v2 file: 89 5A 54 32 0D 0A 1A 0A.
+const Magic = "\x89ZT2\r\n\x1a\n"
+
+var magicV2 = []byte(Magic)
 
 // Container v2 (docs/formats/ztensor-v2.md): the magic at both ends, a 40-byte
 // footer pointing at a deterministic-CBOR manifest protected by its XXH3-64,
 // and blobs at multiples of 4096.
 const (
-	v2FooterLen   = 40
-	v2MinFileLen  = 8 + v2FooterLen
-	v2Version     = 2
-	v2Align       = 4096
+	// FooterLen is the size of the footer, the magic included.
+	FooterLen = 40
+	// Version is the footer's format version.
+	Version = 2
+	// Align is the alignment of the manifest and of every blob.
+	Align = 4096
+
+	v2MinFileLen  = 8 + FooterLen
 	v2MaxManifest = 1 << 30
 	v2MaxRank     = 64
 	v2MaxName     = 1024
@@ -97,6 +107,28 @@ type v2Footer struct {
 // magic: a v2 file whose first bytes are damaged is still recognisable.
 func SniffTail(tail []byte) bool { return bytes.Equal(tail, magicV2) }
 
+// Open parses the footer and manifest of a zTensor v2 file of the given
+// size, reading nothing else, and checks every rule of the manifest; a
+// refused file is a *formats.Error whose Rule names the rule it breaks.
+func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
+	if size < 0 {
+		return nil, formats.Classify(ztread.FormatName, fmt.Errorf("invalid file size %d", size))
+	}
+	c, err := openV2(r, uint64(size))
+	return c, formats.Classify(ztread.FormatName, err)
+}
+
+// CheckManifest applies to manifest, about to be written at offset at and
+// followed by the footer, every rule Open applies to the manifest of a file.
+func CheckManifest(manifest []byte, at uint64) error {
+	m, err := parseV2Manifest(manifest)
+	if err == nil {
+		dataEnd := at + uint64(len(manifest))
+		_, err = m.validate(dataEnd, [2]uint64{at, uint64(len(manifest))})
+	}
+	return err
+}
+
 // openV2 opens a v2 file: the footer, then the manifest, then every rule of
 // the manifest, reading nothing but those two ranges.
 func openV2(r io.ReaderAt, size uint64) (*formats.Container, error) {
@@ -107,11 +139,11 @@ func openV2(r io.ReaderAt, size uint64) (*formats.Container, error) {
 	if f.length == 0 {
 		return dataShard(), nil
 	}
-	dataEnd := size - v2FooterLen
+	dataEnd := size - FooterLen
 	if f.offset > dataEnd || f.length > dataEnd-f.offset {
 		return nil, reject(RuleManifestBounds, "manifest [%d, +%d) lies outside the data region, which ends at %d", f.offset, f.length, dataEnd)
 	}
-	b, err := readAt(r, f.offset, f.length)
+	b, err := ztread.ReadAt(r, f.offset, f.length)
 	if err != nil {
 		return nil, err
 	}
@@ -137,14 +169,14 @@ func readV2Frame(r io.ReaderAt, size uint64) (v2Footer, error) {
 	if size < v2MinFileLen {
 		return f, reject(RuleFileTooSmall, "%d bytes is shorter than the %d of a magic and a footer", size, v2MinFileLen)
 	}
-	head, err := readAt(r, 0, 8)
+	head, err := ztread.ReadAt(r, 0, 8)
 	if err != nil {
 		return f, err
 	}
 	if !bytes.Equal(head, magicV2) {
 		return f, reject(RuleHeaderMagic, "the first 8 bytes %x are not the magic %x, though the file ends in it", head, magicV2)
 	}
-	foot, err := readAt(r, size-v2FooterLen, v2FooterLen)
+	foot, err := ztread.ReadAt(r, size-FooterLen, FooterLen)
 	if err != nil {
 		return f, err
 	}
@@ -153,8 +185,8 @@ func readV2Frame(r io.ReaderAt, size uint64) (v2Footer, error) {
 	}
 	le := binary.LittleEndian
 	f = v2Footer{offset: le.Uint64(foot), length: le.Uint64(foot[8:]), hash: le.Uint64(foot[16:]), version: le.Uint32(foot[24:])}
-	if f.version != v2Version {
-		return f, reject(RuleVersion, "footer version %d is not %d", f.version, v2Version)
+	if f.version != Version {
+		return f, reject(RuleVersion, "footer version %d is not %d", f.version, Version)
 	}
 	if f.length == 0 {
 		if f.offset != 0 || f.hash != 0 {
@@ -165,8 +197,8 @@ func readV2Frame(r io.ReaderAt, size uint64) (v2Footer, error) {
 	if f.length > v2MaxManifest {
 		return f, reject(RuleManifestTooLarge, "manifest length %d exceeds the 1 GiB cap", f.length)
 	}
-	if f.offset%v2Align != 0 || f.offset < v2Align {
-		return f, reject(RuleBlobAlignment, "manifest offset %d is not a multiple of %d at or after %d", f.offset, v2Align, v2Align)
+	if f.offset%Align != 0 || f.offset < Align {
+		return f, reject(RuleBlobAlignment, "manifest offset %d is not a multiple of %d at or after %d", f.offset, Align, Align)
 	}
 	return f, nil
 }

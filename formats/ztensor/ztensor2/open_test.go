@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2_test
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 )
 
 // conformanceCase is one row of the upstream corpus's expected.tsv.
@@ -20,7 +22,7 @@ type conformanceCase struct {
 
 func conformanceCases(t testing.TB) []conformanceCase {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtures, "v2_conformance", "expected.tsv"))
+	b, err := os.ReadFile(filepath.Join(formatstest.Testdata("ztensor"), "v2_conformance", "expected.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestV2ConformanceOpen(t *testing.T) {
 	for _, tc := range conformanceCases(t) {
 		t.Run(tc.file, func(t *testing.T) {
 			file := formatstest.ReadFixture(t, "ztensor", filepath.Join("v2_conformance", tc.file))
-			c, err := formatstest.OpenBytes(Open, file)
+			c, err := formatstest.OpenBytes(ztensor.Open, file)
 			if tc.expected != "reject" || tc.operation != "open" {
 				if err != nil {
 					t.Fatalf("Open: %v (%s)", err, tc.contents)
@@ -84,27 +86,6 @@ func TestV2ConformanceOpen(t *testing.T) {
 	}
 }
 
-func TestSniff(t *testing.T) {
-	tests := []struct {
-		head string
-		want bool
-	}{
-		{"ZTEN0001", true},
-		{"ZTEN1000", true},
-		{"ZTEN1000 and more", true},
-		{"\x89ZT2\r\n\x1a\n", true},
-		{"ZTEN1001", false},
-		{"ZTEN100", false},
-		{"", false},
-		{"PK\x03\x04xxxx", false},
-	}
-	for _, tt := range tests {
-		if got := Sniff([]byte(tt.head)); got != tt.want {
-			t.Errorf("Sniff(%q) = %v, want %v", tt.head, got, tt.want)
-		}
-	}
-}
-
 // Map keys that are not text are unknown keys, which a reader must ignore
 // at every level with their values (docs/formats/ztensor-v2.md, "Manifest"). A root
 // or shard entry that skipped only such a key read its value as the next
@@ -118,12 +99,12 @@ func TestV2NonTextKeysIgnored(t *testing.T) {
 		name     string
 		manifest any // raw CBOR when []byte
 		tensors  int
-		rule     Rule // "" when the file must open
+		rule     ztensor2.Rule // "" when the file must open
 	}{
 		{"integer key at the root", map[any]any{0: "x", "objects": objects}, 1, ""},
 		{"byte-string key at the root", map[any]any{cbor.ByteString("k"): "attributes", "objects": objects}, 1, ""},
 		// {1: "objects", {}: 0}: no "objects" key; the empty map is a key.
-		{"objects as the value of an integer key", []byte("\xa2\x01\x67objects\xa0\x00"), 0, RuleSchema},
+		{"objects as the value of an integer key", []byte("\xa2\x01\x67objects\xa0\x00"), 0, ztensor2.RuleSchema},
 		{"integer key in a shard entry", map[any]any{
 			"shards":  map[string]any{"s": map[any]any{0: "size", "size": len(shard), "digest": "xxh3:00"}},
 			"objects": objects,
@@ -131,7 +112,7 @@ func TestV2NonTextKeysIgnored(t *testing.T) {
 		{"a shard's size as the value of an integer key", map[any]any{
 			"shards":  map[string]any{"s": map[any]any{0: "size", "digest": "xxh3:00", "size!": 3}},
 			"objects": objects,
-		}, 0, RuleSchema},
+		}, 0, ztensor2.RuleSchema},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,7 +121,7 @@ func TestV2NonTextKeysIgnored(t *testing.T) {
 				m = v2EncodeManifest(t, tt.manifest)
 			}
 			file := v2FileRaw(m, v2Blob{4096, data})
-			c, err := formatstest.OpenBytes(Open, file)
+			c, err := formatstest.OpenBytes(ztensor.Open, file)
 			if tt.rule != "" {
 				var fe *formats.Error
 				if !errors.As(err, &fe) || fe.Rule != string(tt.rule) {
@@ -167,20 +148,20 @@ func TestV2NonTextKeysIgnored(t *testing.T) {
 func TestV2ShardSizeBeyondInt64(t *testing.T) {
 	tests := []struct {
 		size uint64
-		rule Rule // "" when the file opens
+		rule ztensor2.Rule // "" when the file opens
 	}{
 		{1<<63 - 1, ""},
-		{1 << 63, RuleSchema},
-		{1<<64 - 1, RuleSchema},
+		{1 << 63, ztensor2.RuleSchema},
+		{1<<64 - 1, ztensor2.RuleSchema},
 	}
 	for _, tt := range tests {
-		part := mkPart("u8", 4096, tt.size-v2FooterLen-4096)
+		part := mkPart("u8", 4096, tt.size-ztensor2.FooterLen-4096)
 		part["shard"] = "a"
 		file := v2File(t, map[string]any{
 			"shards":  map[string]any{"a": map[string]any{"size": tt.size, "digest": "xxh3:00"}},
-			"objects": map[string]any{"t": mkObject([]uint64{tt.size - v2FooterLen - 4096}, "dense", map[string]any{"data": part})},
+			"objects": map[string]any{"t": mkObject([]uint64{tt.size - ztensor2.FooterLen - 4096}, "dense", map[string]any{"data": part})},
 		})
-		c, err := formatstest.OpenBytes(Open, file)
+		c, err := formatstest.OpenBytes(ztensor.Open, file)
 		if tt.rule == "" {
 			if err != nil {
 				t.Fatalf("size %d: %v", tt.size, err)
@@ -208,26 +189,26 @@ func TestV2ErrorsNameTheObject(t *testing.T) {
 	tests := []struct {
 		name    string
 		objects map[string]any
-		rule    Rule
+		rule    ztensor2.Rule
 		want    []string
 	}{
 		{"partial overlap", map[string]any{
 			"a": mkObject([]uint64{4}, "dense", map[string]any{"data": mkPart("f32", 4096, 16)}),
 			"b": mkObject([]uint64{2}, "dense", map[string]any{"data": mkPart("f32", 4096, 8)}),
-		}, RuleBlobOverlap, []string{`object "a" part "data"`, `object "b" part "data"`}},
+		}, ztensor2.RuleBlobOverlap, []string{`object "a" part "data"`, `object "b" part "data"`}},
 		{"overlap with the manifest", map[string]any{
 			"a": mkObject([]uint64{1024}, "dense", map[string]any{"data": mkPart("u8", 4096, 1024)}),
 			"m": mkObject([]uint64{8}, "dense", map[string]any{"data": mkPart("u8", 8192, 8)}),
-		}, RuleBlobOverlap, []string{"the manifest", `object "m" part "data"`}},
+		}, ztensor2.RuleBlobOverlap, []string{"the manifest", `object "m" part "data"`}},
 		{"decoded_length beyond int64", map[string]any{
 			"z": mkObject([]uint64{1 << 63}, "dense", map[string]any{"data": seek}),
-		}, RuleSchema, []string{`part "data"`}},
+		}, ztensor2.RuleSchema, []string{`part "data"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// 8 KiB of blobs: the manifest follows at 8192.
 			file := v2File(t, map[string]any{"objects": tt.objects}, v2Blob{4096, make([]byte, 4096)})
-			_, err := formatstest.OpenBytes(Open, file)
+			_, err := formatstest.OpenBytes(ztensor.Open, file)
 			var fe *formats.Error
 			if !errors.As(err, &fe) || fe.Rule != string(tt.rule) {
 				t.Fatalf("Open: %v, want rule %s", err, tt.rule)

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // f9 7e00, and the narrowest width that holds the value), no tags, only the
 // simple values false, true and null, and nesting at most 32 deep counted
 // from the root. checkDeterministic proves all of it in one pass without
-// allocating; the schema walk after it (v2manifest.go) then reads the bytes
+// allocating; the schema walk after it (manifest.go) then reads the bytes
 // with a cursor that can rely on their shape.
 
 // maxCBORDepth is the deepest an item may sit below the root.

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor2
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 )
 
 // v2Logical is a registered logical type: the storage dtype it requires,
@@ -37,8 +38,8 @@ var v2Layouts = map[string]string{
 	"zt.quant_group/1": "quantized_group",
 }
 
-// seekable is the one encoding ztfs decodes.
-const seekable = "zt.zstd-seekable/1"
+// SeekableEncoding is the one encoding ztfs decodes.
+const SeekableEncoding = "zt.zstd-seekable/1"
 
 // elem returns the element type of p's decoded bytes; known is false for
 // a logical type ztfs does not know, which comes back verbatim.
@@ -72,7 +73,7 @@ func (p *v2Part) sizeFor(n uint64) (size uint64, known bool) {
 
 // undecodable says why ztfs cannot decode p's bytes, "" when it can.
 func (p *v2Part) undecodable() string {
-	if p.encoding == "" || p.encoding == seekable {
+	if p.encoding == "" || p.encoding == SeekableEncoding {
 		return ""
 	}
 	return fmt.Sprintf("part %q: encoding %q is not supported (its file holds the stored bytes)", p.name, p.encoding)
@@ -145,11 +146,11 @@ func (p *v2Part) component(source map[string]int) (*formats.Component, error) {
 	}
 	switch p.encoding {
 	case "":
-	case seekable:
+	case SeekableEncoding:
 		if p.decoded > math.MaxInt64 {
 			return nil, reject(RuleSchema, "part %q: decoded_length %d is larger than any file can be", p.name, p.decoded)
 		}
-		c.Encoding = formats.Encoding(seekable)
+		c.Encoding = formats.Encoding(SeekableEncoding)
 		c.Codecs = []formats.Codec{formats.Decompress{Method: "zstd-seekable", Size: p.decoded}}
 		c.Size = int64(p.decoded)
 	default:
@@ -230,7 +231,7 @@ func checkValues(values *v2Part, nnz uint64) error {
 func sparseValues(values *v2Part) (formats.Array, string) {
 	d, _ := values.elem()
 	w := d.Width()
-	why := firstReason(values.unknownType(), values.undecodable())
+	why := ztread.FirstReason(values.unknownType(), values.undecodable())
 	if why == "" && w == 0 && d != formats.F4E2M1 {
 		why = fmt.Sprintf("part \"values\": packed %s values are not supported in sparse tensors", d)
 	}
