@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/x448/float16"
+
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 )
 
 // A v2 manifest is RFC 8949 core deterministic CBOR, which a reader must
@@ -43,44 +45,24 @@ func (d *detChecker) fail(rule Rule, what string) error {
 	return reject(rule, "manifest byte %d: %s", d.off, what)
 }
 
-// head reads the argument of an item of major type 0 to 5 whose initial
-// byte has additional information ai, in shortest form.
-func (d *detChecker) head(ai byte) (uint64, error) {
-	n := 0
+// head reads the argument of the item of major type 0 to 5 whose initial
+// byte precedes the checker's position, in shortest form.
+func (d *detChecker) head() (uint64, error) {
+	_, ai, v, n, err := ztread.Head(d.b, d.off-1)
 	switch {
-	case ai < 24:
-		return uint64(ai), nil
-	case ai == 24:
-		n = 1
-	case ai == 25:
-		n = 2
-	case ai == 26:
-		n = 4
-	case ai == 27:
-		n = 8
-	case ai == 31:
-		return 0, d.fail(RuleCborSyntax, "an indefinite length")
-	default:
-		return 0, d.fail(RuleCborSyntax, "a reserved additional-information value")
-	}
-	if len(d.b)-d.off < n {
-		return 0, d.fail(RuleCborSyntax, "the input ends inside an item head")
-	}
-	var v uint64
-	for _, c := range d.b[d.off : d.off+n] {
-		v = v<<8 | uint64(c)
-	}
-	if min := [...]uint64{1: 24, 2: 0x100, 4: 0x10000, 8: 0x100000000}[n]; v < min {
+	case err != nil:
+		return 0, d.fail(RuleCborSyntax, err.Error())
+	case !ztread.Shortest(ai, v):
 		return 0, d.fail(RuleCborDeterminism, "an integer or length not in its shortest form")
 	}
-	d.off += n
+	d.off += n - 1
 	return v, nil
 }
 
 // length reads the head of a string, array or map and checks that its
 // count can fit in what follows, per bytes each.
-func (d *detChecker) length(ai byte, per int) (int, error) {
-	n, err := d.head(ai)
+func (d *detChecker) length(per int) (int, error) {
+	n, err := d.head()
 	if err != nil {
 		return 0, err
 	}
@@ -102,10 +84,10 @@ func (d *detChecker) item(depth int) error {
 	d.off++
 	switch major {
 	case 0, 1:
-		_, err := d.head(ai)
+		_, err := d.head()
 		return err
 	case 2, 3:
-		n, err := d.length(ai, 1)
+		n, err := d.length(1)
 		if err != nil {
 			return err
 		}
@@ -115,7 +97,7 @@ func (d *detChecker) item(depth int) error {
 		d.off += n
 		return nil
 	case 4:
-		n, err := d.length(ai, 1)
+		n, err := d.length(1)
 		if err != nil {
 			return err
 		}
@@ -126,7 +108,7 @@ func (d *detChecker) item(depth int) error {
 		}
 		return nil
 	case 5:
-		n, err := d.length(ai, 2)
+		n, err := d.length(2)
 		if err != nil {
 			return err
 		}

@@ -125,22 +125,9 @@ type cursor struct {
 }
 
 // head reads the head at the cursor and returns its major type and
-// argument.
+// argument (for a float, its bits, which are not needed here).
 func (c *cursor) head() (major byte, arg uint64) {
-	ib := c.b[c.off]
-	major, ai := ib>>5, ib&31
-	c.off++
-	if ai < 24 {
-		return major, uint64(ai)
-	}
-	n := 1 << (ai - 24)
-	if major == 7 {
-		c.off += n // a float: its bits are not needed here
-		return major, 0
-	}
-	for _, x := range c.b[c.off : c.off+n] {
-		arg = arg<<8 | uint64(x)
-	}
+	major, _, arg, n, _ := ztread.Head(c.b, c.off) // checkDeterministic proved it whole
 	c.off += n
 	return major, arg
 }
