@@ -10,7 +10,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/testenv/faultfs"
 )
 
@@ -22,25 +22,25 @@ func writeVerifyZTensor(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := ztensor.NewWriter(f)
+	w := ztensorwrite.NewWriter(f)
 	for _, tc := range []struct {
 		name   string
 		zstd   bool
-		digest ztensor.Digest
+		digest ztensorwrite.Digest
 	}{
-		{"raw", false, ztensor.DigestNone},
-		{"raw_sha", false, ztensor.DigestSHA256},
-		{"zstd", true, ztensor.DigestNone},
-		{"zstd_sha", true, ztensor.DigestSHA256},
-		{"keep", false, ztensor.DigestSHA256},
+		{"raw", false, ztensorwrite.DigestNone},
+		{"raw_sha", false, ztensorwrite.DigestSHA256},
+		{"zstd", true, ztensorwrite.DigestNone},
+		{"zstd_sha", true, ztensorwrite.DigestSHA256},
+		{"keep", false, ztensorwrite.DigestSHA256},
 	} {
 		data := make([]byte, 256<<10)
 		for i := range data {
 			data[i] = byte(rng.Intn(16)) // compressible
 		}
-		c := ztensor.Dense("u8", data)
+		c := ztensorwrite.Dense("u8", data)
 		c.Zstd, c.ZstdFrameSize, c.Digest = tc.zstd, 64<<10, tc.digest
-		if err := w.WriteObject(tc.name, []uint64{uint64(len(data))}, "dense", nil, []ztensor.ComponentSpec{c}); err != nil {
+		if err := w.WriteObject(tc.name, []uint64{uint64(len(data))}, "dense", nil, []ztensorwrite.ComponentSpec{c}); err != nil {
 			t.Fatal(err)
 		}
 	}

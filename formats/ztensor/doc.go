@@ -16,11 +16,6 @@
 // sparse stream from the other), and links the sizes that follow from one
 // count only decoding tells (formats.SizeLink), for the session to learn.
 //
-// Writer writes v1.1 files as the reference writer lays them out, streaming
-// every component so that tensors of any size pass through in constant
-// memory, except that zstd components are independent 128 KiB frames with a
-// seek table unless a component asks for a single frame (what the
-// reference writes), so that readers can decode any part on its own.
-//
-// Container v2 is package ztensor2's. V2Writer writes its canonical form.
+// Container v2 is package ztensor2's; package ztensorwrite writes v1.1 and
+// v2 files.
 package ztensor

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
 // wantTensor is what a fixture's README row says about one tensor.
@@ -177,7 +179,7 @@ func TestValidFixtures(t *testing.T) {
 	for _, fx := range validFixtures {
 		t.Run(fx.file, func(t *testing.T) {
 			file := formatstest.ReadFixture(t, "ztensor", fx.file)
-			c := formatstest.MustOpen(t, Open, file)
+			c := formatstest.MustOpen(t, ztensor.Open, file)
 			if c.Format != "ztensor" || c.FormatVersion != fx.version {
 				t.Errorf("format %q version %q, want ztensor %q", c.Format, c.FormatVersion, fx.version)
 			}
@@ -234,11 +236,11 @@ func checkTensor(t *testing.T, file []byte, got *formats.Tensor, want wantTensor
 		}
 		switch {
 		case want.badDigest:
-			if digestOf(t, formatstest.Stored(t, file, c), c.Digest) == c.Digest {
+			if ztensortest.DigestOf(t, formatstest.Stored(t, file, c), c.Digest) == c.Digest {
 				t.Errorf("%s: digest %s verifies, want a mismatch", where, c.Digest)
 			}
 		case c.Encoding.Known():
-			checkDigest(t, file, c)
+			ztensortest.CheckDigest(t, file, c)
 		}
 	}
 	if want.unsupported != "" {
@@ -292,7 +294,7 @@ func TestFixturesMatchManifests(t *testing.T) {
 		if m.Manifest == nil || m.Manifest.Objects == nil {
 			continue
 		}
-		c, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "ztensor", file))
+		c, err := formatstest.OpenBytes(ztensor.Open, formatstest.ReadFixture(t, "ztensor", file))
 		if err != nil {
 			continue // a reject fixture, covered by TestRejectFixtures
 		}
@@ -339,7 +341,7 @@ func TestRejectFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			_, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "ztensor", tt.file))
+			_, err := formatstest.OpenBytes(ztensor.Open, formatstest.ReadFixture(t, "ztensor", tt.file))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 			if strings.Contains(err.Error(), ".zt") || strings.Contains(err.Error(), "\n") {
 				t.Errorf("error %q names a file or spans lines", err)
@@ -361,7 +363,7 @@ func TestEveryFixtureListed(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(rows)), "\n")[1:] {
 		f := strings.Split(line, "\t")
 		file, outcome := f[0], f[2]
-		_, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "ztensor", file))
+		_, err := formatstest.OpenBytes(ztensor.Open, formatstest.ReadFixture(t, "ztensor", file))
 		switch outcome {
 		case "open":
 			if !listed[file] {

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
@@ -26,7 +27,7 @@ func FuzzOpen(f *testing.F) {
 		if b, start, ok := v11Manifest(file); ok {
 			compareFast(t, b, start)
 		}
-		c, err := formatstest.OpenBytes(Open, file)
+		c, err := formatstest.OpenBytes(ztensor.Open, file)
 		if err != nil {
 			return
 		}

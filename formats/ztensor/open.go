@@ -10,18 +10,21 @@ import (
 	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 )
 
+// MagicV1 starts every v1 file, and ends every v1.1 and v1.2 file.
+const MagicV1 = "ZTEN1000"
+
 // Magic numbers of v0.1 and v1.x (v2's is ztensor2.Magic).
 var (
 	magicV01 = []byte("ZTEN0001")
-	magicV1  = []byte("ZTEN1000")
+	magicV1  = []byte(MagicV1)
 	magicV2  = []byte(ztensor2.Magic)
 )
 
 const (
 	// maxManifest is the reference's cap on the manifest (and index) size.
 	maxManifest = 1 << 30
-	// alignment of every component offset.
-	alignment = 64
+	// Alignment is the alignment of every component offset.
+	Alignment = 64
 	// maxDecoded caps the decoded size of a zstd component whose size only
 	// decoding tells, as the reference caps its reads.
 	maxDecoded = 32 << 30

@@ -1,6 +1,10 @@
-package ztensor
+package ztensor_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ztfs/ztfs/formats/ztensor"
+)
 
 func TestSniff(t *testing.T) {
 	tests := []struct {
@@ -17,7 +21,7 @@ func TestSniff(t *testing.T) {
 		{"PK\x03\x04xxxx", false},
 	}
 	for _, tt := range tests {
-		if got := Sniff([]byte(tt.head)); got != tt.want {
+		if got := ztensor.Sniff([]byte(tt.head)); got != tt.want {
 			t.Errorf("Sniff(%q) = %v, want %v", tt.head, got, tt.want)
 		}
 	}

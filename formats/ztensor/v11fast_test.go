@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"bytes"
@@ -13,17 +13,19 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // v11Manifest returns the manifest of a v1.1 file and where it starts; ok
 // is false for anything else.
 func v11Manifest(file []byte) (b []byte, start uint64, ok bool) {
 	size := uint64(len(file))
-	if size < 24 || !bytes.HasPrefix(file, magicV1) || !bytes.HasSuffix(file, magicV1) {
+	if size < 24 || !bytes.HasPrefix(file, []byte(ztensor.MagicV1)) || !bytes.HasSuffix(file, []byte(ztensor.MagicV1)) {
 		return nil, 0, false
 	}
 	msize := binary.LittleEndian.Uint64(file[size-16:])
-	if msize > maxManifest || msize > size-24 {
+	if msize > ztensor.MaxManifest || msize > size-24 {
 		return nil, 0, false
 	}
 	start = size - 16 - msize
@@ -35,8 +37,8 @@ func v11Manifest(file []byte) (b []byte, start uint64, ok bool) {
 // reports whether the fast path took it.
 func compareFast(t *testing.T, b []byte, start uint64) bool {
 	t.Helper()
-	fast, ok := parseV11Fast(b, start)
-	slow, err := parseV11Slow(b, start)
+	fast, ok := ztensor.ParseV11Fast(b, start)
+	slow, err := ztensor.ParseV11Slow(b, start)
 	if !ok {
 		return false
 	}
@@ -79,7 +81,7 @@ func TestFastFixtures(t *testing.T) {
 				return
 			}
 			took := compareFast(t, b, start)
-			if _, err := formatstest.OpenBytes(Open, file); err == nil && !took {
+			if _, err := formatstest.OpenBytes(ztensor.Open, file); err == nil && !took {
 				t.Errorf("the fast path left a valid fixture to the generic path")
 			}
 		})
@@ -99,7 +101,7 @@ func TestFastWriter(t *testing.T) {
 // writes, several layouts, digests and zstd components.
 func writerSample(t testing.TB) []byte {
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := ztensorwrite.NewWriter(&buf)
 	attrs := []map[string]any{
 		nil,
 		{},
@@ -108,18 +110,18 @@ func writerSample(t testing.TB) []byte {
 		{"f": 1.5, "g": math.Inf(-1), "h": math.NaN()},
 	}
 	for i, a := range attrs {
-		c := Dense("f32", make([]byte, 16))
-		c.Digest = Digest(i % 3)
+		c := ztensorwrite.Dense("f32", make([]byte, 16))
+		c.Digest = ztensorwrite.Digest(i % 3)
 		c.Zstd = i%2 == 1
-		if err := w.WriteObject(fmt.Sprintf("t%d", 4-i), []uint64{2, 2}, "dense", a, []ComponentSpec{c}); err != nil {
+		if err := w.WriteObject(fmt.Sprintf("t%d", 4-i), []uint64{2, 2}, "dense", a, []ztensorwrite.ComponentSpec{c}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := w.WriteObject("scalar", []uint64{}, "dense", nil, []ComponentSpec{Dense("f64", make([]byte, 8))}); err != nil {
+	if err := w.WriteObject("scalar", []uint64{}, "dense", nil, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("f64", make([]byte, 8))}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteObject("sparse", []uint64{2, 3}, "sparse_coo", nil, []ComponentSpec{
-		Component("values", "f32", make([]byte, 8)), Component("coords", "u64", make([]byte, 32))}); err != nil {
+	if err := w.WriteObject("sparse", []uint64{2, 3}, "sparse_coo", nil, []ztensorwrite.ComponentSpec{
+		ztensorwrite.Component("values", "f32", make([]byte, 8)), ztensorwrite.Component("coords", "u64", make([]byte, 32))}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.WriteObject("empty", []uint64{2}, "nothing", nil, nil); err != nil {
@@ -186,7 +188,7 @@ func TestFastCBORVariety(t *testing.T) {
 		if len(extra) > 0 {
 			r.t("x-extra").b(extra...)
 		}
-		return r.buf
+		return r.Buf
 	}
 	object := func(attrs, extra []byte) []byte {
 		var r rawCBOR
@@ -205,7 +207,7 @@ func TestFastCBORVariety(t *testing.T) {
 			r.t("x-extra").b(extra...)
 		}
 		r.t("components").m(1).t("data").b(component()...)
-		return r.buf
+		return r.Buf
 	}
 	manifest := func(rootAttrs []byte, objects ...[]byte) []byte {
 		var r rawCBOR
@@ -221,7 +223,7 @@ func TestFastCBORVariety(t *testing.T) {
 		for i, o := range objects {
 			r.t(fmt.Sprintf("w%d", i)).b(o...)
 		}
-		return r.buf
+		return r.Buf
 	}
 	for name, item := range items {
 		t.Run(name, func(t *testing.T) {
@@ -236,7 +238,7 @@ func TestFastCBORVariety(t *testing.T) {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").m(1).t("w").m(3).t("shape").v([]any{2, 3}).t("format").t("dense").
 				t("components").m(1).t("data").b(component(item...)...)
-			cases["unknown component field"] = r.buf
+			cases["unknown component field"] = r.Buf
 			for what, m := range cases {
 				if what == "in an array" {
 					continue // item[0] alone is not an item
@@ -244,7 +246,7 @@ func TestFastCBORVariety(t *testing.T) {
 				file := v11File(blobArea(24), m)
 				b, start, _ := v11Manifest(file)
 				took := compareFast(t, b, start)
-				_, err := formatstest.OpenBytes(Open, file)
+				_, err := formatstest.OpenBytes(ztensor.Open, file)
 				t.Logf("%s: fast %v, error %v", what, took, err)
 			}
 		})
@@ -256,17 +258,17 @@ func TestFastLeavesAside(t *testing.T) {
 	dup := func() []byte {
 		var r rawCBOR
 		r.m(2).t("version").t("1.1.0").t("objects").m(2).t("w").v(dense24).t("w").v(dense24)
-		return r.buf
+		return r.Buf
 	}
 	unsorted := func() []byte {
 		var r rawCBOR
 		r.m(2).t("objects").m(3).t("b").v(dense24).t("c").v(dense24).t("a").v(dense24).t("version").t("1.1.0")
-		return r.buf
+		return r.Buf
 	}
 	extraRoot := func() []byte {
 		var r rawCBOR
 		r.m(3).t("objects").m(1).t("a").v(dense24).t("version").t("1.1.0").t("zz").v([]any{1})
-		return r.buf
+		return r.Buf
 	}
 	for name, tc := range map[string]struct {
 		m    []byte

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -23,7 +23,7 @@ import (
 // Options configure a conversion.
 type Options struct {
 	// Seekable stores every part as zt.zstd-seekable/1 in frames of
-	// FrameSize decoded bytes (0: ztensor.DefaultV2FrameSize); otherwise
+	// FrameSize decoded bytes (0: ztensorwrite.DefaultV2FrameSize); otherwise
 	// parts are raw and the file is in canonical form.
 	Seekable  bool
 	FrameSize int
@@ -62,7 +62,7 @@ type Report struct {
 // then closes w. Tensors are read through s's pipeline, so their bytes
 // are decoded (and checked) as a mount would serve them; a read error
 // fails the conversion, naming the tensor.
-func Write(s *session.Session, w *ztensor.V2Writer, opts Options) (*Report, error) {
+func Write(s *session.Session, w *ztensorwrite.V2Writer, opts Options) (*Report, error) {
 	if opts.Progress == nil {
 		opts.Progress = noProgress{}
 	}
@@ -122,12 +122,12 @@ type partPlan struct {
 }
 
 // write writes the plan's object and returns the decoded bytes written.
-func (p *plan) write(w *ztensor.V2Writer, opts Options) (int64, error) {
-	parts := make([]ztensor.V2Part, len(p.parts))
+func (p *plan) write(w *ztensorwrite.V2Writer, opts Options) (int64, error) {
+	parts := make([]ztensorwrite.V2Part, len(p.parts))
 	var n int64
 	for i, pp := range p.parts {
 		src := &progressReader{r: io.NewSectionReader(pp.data, pp.off, pp.size), p: opts.Progress, n: &n}
-		parts[i] = ztensor.V2Part{Name: pp.name, DType: pp.dtype, Type: pp.typ, Data: &exactReader{r: src, want: pp.size},
+		parts[i] = ztensorwrite.V2Part{Name: pp.name, DType: pp.dtype, Type: pp.typ, Data: &exactReader{r: src, want: pp.size},
 			Seekable: opts.Seekable, FrameSize: opts.FrameSize}
 	}
 	return n, w.WriteObject(p.name, p.shape, p.layout, p.attrs, parts)

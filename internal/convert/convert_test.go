@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
@@ -27,7 +27,7 @@ func convertFile(t *testing.T, path, dir string, opts Options) (string, *Report)
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w, err := ztensor.NewV2Writer(f, ztensor.V2Options{})
+	w, err := ztensorwrite.NewV2Writer(f, ztensorwrite.V2Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

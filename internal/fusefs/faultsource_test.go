@@ -17,7 +17,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv/faultfs"
@@ -48,9 +48,9 @@ func faultCases() []faultCase {
 // writeFaultZTensor writes raw and zstd-compressed tensors (several frames
 // and a single one), a bf16 one whose tensor.npy is widened, and tensors
 // left alone of each kind; digest, if not nil, adds a digest to each.
-func writeFaultZTensor(digest func(*ztensor.ComponentSpec)) func(t *testing.T, path string) {
-	with := func(codec func(*ztensor.ComponentSpec)) func(*ztensor.ComponentSpec) {
-		return func(c *ztensor.ComponentSpec) {
+func writeFaultZTensor(digest func(*ztensorwrite.ComponentSpec)) func(t *testing.T, path string) {
+	with := func(codec func(*ztensorwrite.ComponentSpec)) func(*ztensorwrite.ComponentSpec) {
+		return func(c *ztensorwrite.ComponentSpec) {
 			if codec != nil {
 				codec(c)
 			}
@@ -72,7 +72,7 @@ func writeFaultZTensor(digest func(*ztensor.ComponentSpec)) func(t *testing.T, p
 	}
 }
 
-func sha256Digest(c *ztensor.ComponentSpec) { c.Digest = ztensor.DigestSHA256 }
+func sha256Digest(c *ztensorwrite.ComponentSpec) { c.Digest = ztensorwrite.DigestSHA256 }
 
 // writeFaultSafetensors writes float32 tensors and a bf16 one, whose
 // tensor.npy is widened.

@@ -18,6 +18,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
 	"github.com/ztfs/ztfs/internal/source"
 )
@@ -551,10 +552,10 @@ func TestZstdFramesWriterRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w := ztensor.NewWriter(f)
-			c := ztensor.Dense("u8", data)
-			c.Zstd, c.ZstdSingleFrame, c.ZstdFrameSize, c.Digest = true, tc.single, tc.size, ztensor.DigestCRC32C
-			if err := w.WriteObject("x", []uint64{uint64(len(data))}, "dense", nil, []ztensor.ComponentSpec{c}); err != nil {
+			w := ztensorwrite.NewWriter(f)
+			c := ztensorwrite.Dense("u8", data)
+			c.Zstd, c.ZstdSingleFrame, c.ZstdFrameSize, c.Digest = true, tc.single, tc.size, ztensorwrite.DigestCRC32C
+			if err := w.WriteObject("x", []uint64{uint64(len(data))}, "dense", nil, []ztensorwrite.ComponentSpec{c}); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Close(nil); err != nil {

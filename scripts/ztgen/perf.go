@@ -10,7 +10,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats/mcf"
 	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // writeMCF writes an MCF file with one [rows, cols] tensor "w" quantized
@@ -44,12 +44,12 @@ func writeMCF(path string, rows, cols int, method string) error {
 // writeTwo writes two tensors "a" and "b" of size bytes each, zstd
 // compressed or raw, for the two-reader benchmark.
 func writeTwo(path string, size int64, compress bool) error {
-	return writeFile(path, func(w *ztensor.Writer) error {
+	return writeFile(path, func(w *ztensorwrite.Writer) error {
 		for i, name := range []string{"a", "b"} {
-			data := ztensor.Dense("f32", nil)
+			data := ztensorwrite.Dense("f32", nil)
 			data.Data = &valueReader{off: int64(i) * size, size: int64(i)*size + size}
 			data.Zstd = compress
-			if err := w.WriteObject(name, []uint64{uint64(size / 4)}, "dense", nil, []ztensor.ComponentSpec{data}); err != nil {
+			if err := w.WriteObject(name, []uint64{uint64(size / 4)}, "dense", nil, []ztensorwrite.ComponentSpec{data}); err != nil {
 				return err
 			}
 		}

@@ -1,4 +1,4 @@
-package ztensor
+package ztensorwrite
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"sort"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ztfs/ztfs/formats/ztensor"
 )
 
 // Digest selects the digest a Writer stores for a component.
@@ -88,7 +90,7 @@ type Writer struct {
 	objects map[string]*writtenObject
 	zenc    *zstd.Encoder // single frames
 	frames  *frameEncoder // independent frames
-	pad     [alignment]byte
+	pad     [ztensor.Alignment]byte
 }
 
 type writtenObject struct {
@@ -124,11 +126,11 @@ func (w *Writer) WriteObject(name string, shape []uint64, format string, attrs m
 	}
 	o := &writtenObject{shape: append([]uint64{}, shape...), format: format}
 	if len(attrs) > 0 {
-		var e encoder
-		if err := e.value(attrs); err != nil {
+		var e Encoder
+		if err := e.Value(attrs); err != nil {
 			return fmt.Errorf("tensor %q: attributes: %w", name, err)
 		}
-		o.attrs = e.buf
+		o.attrs = e.Buf
 	}
 	roles := make(map[string]bool, len(comps))
 	for _, c := range comps {
@@ -163,7 +165,7 @@ func (w *Writer) start() error {
 	if w.off > 0 {
 		return nil
 	}
-	return w.write(magicV1)
+	return w.write([]byte(ztensor.MagicV1))
 }
 
 func (w *Writer) write(b []byte) error {
@@ -179,8 +181,8 @@ func (w *Writer) write(b []byte) error {
 }
 
 func (w *Writer) writeComponent(c ComponentSpec) (writtenComp, error) {
-	if r := w.off % alignment; r != 0 {
-		if err := w.write(w.pad[:alignment-r]); err != nil {
+	if r := w.off % ztensor.Alignment; r != 0 {
+		if err := w.write(w.pad[:ztensor.Alignment-r]); err != nil {
 			return writtenComp{}, err
 		}
 	}
@@ -300,28 +302,28 @@ func (w *Writer) Close(attrs map[string]any) error {
 	if w.closed {
 		return errors.New("writer closed twice")
 	}
-	var e encoder
+	var e Encoder
 	n := 2
 	if len(attrs) > 0 {
 		n = 3
 	}
-	e.mapHead(n)
-	e.text("version")
-	e.text("1.1.0")
+	e.MapHead(n)
+	e.Text("version")
+	e.Text("1.1.0")
 	if len(attrs) > 0 {
-		e.text("attributes")
-		if err := e.value(attrs); err != nil {
+		e.Text("attributes")
+		if err := e.Value(attrs); err != nil {
 			return fmt.Errorf("attributes: %w", err)
 		}
 	}
-	e.text("objects")
+	e.Text("objects")
 	w.encodeObjects(&e)
 	if err := w.start(); err != nil {
 		return err
 	}
 	var size [8]byte
-	binary.LittleEndian.PutUint64(size[:], uint64(len(e.buf)))
-	for _, b := range [][]byte{e.buf, size[:], magicV1} {
+	binary.LittleEndian.PutUint64(size[:], uint64(len(e.Buf)))
+	for _, b := range [][]byte{e.Buf, size[:], []byte(ztensor.MagicV1)} {
 		if err := w.write(b); err != nil {
 			return err
 		}
@@ -330,38 +332,38 @@ func (w *Writer) Close(attrs map[string]any) error {
 	return nil
 }
 
-func (w *Writer) encodeObjects(e *encoder) {
+func (w *Writer) encodeObjects(e *Encoder) {
 	names := make([]string, 0, len(w.objects))
 	for name := range w.objects {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	e.mapHead(len(names))
+	e.MapHead(len(names))
 	for _, name := range names {
 		o := w.objects[name]
-		e.text(name)
+		e.Text(name)
 		n := 3
 		if o.attrs != nil {
 			n = 4
 		}
-		e.mapHead(n)
-		e.text("shape")
-		e.head(4, uint64(len(o.shape)))
+		e.MapHead(n)
+		e.Text("shape")
+		e.Head(4, uint64(len(o.shape)))
 		for _, d := range o.shape {
-			e.uint(d)
+			e.Uint(d)
 		}
-		e.text("format")
-		e.text(o.format)
+		e.Text("format")
+		e.Text(o.format)
 		if o.attrs != nil {
-			e.text("attributes")
-			e.buf = append(e.buf, o.attrs...)
+			e.Text("attributes")
+			e.Buf = append(e.Buf, o.attrs...)
 		}
-		e.text("components")
+		e.Text("components")
 		comps := append([]writtenComp{}, o.comps...)
 		sort.Slice(comps, func(i, j int) bool { return comps[i].role < comps[j].role })
-		e.mapHead(len(comps))
+		e.MapHead(len(comps))
 		for _, c := range comps {
-			e.text(c.role)
+			e.Text(c.role)
 			n := 3
 			if c.zstd {
 				n++
@@ -369,20 +371,20 @@ func (w *Writer) encodeObjects(e *encoder) {
 			if c.digest != "" {
 				n++
 			}
-			e.mapHead(n)
-			e.text("dtype")
-			e.text(c.dtype)
-			e.text("offset")
-			e.uint(c.offset)
-			e.text("length")
-			e.uint(c.length)
+			e.MapHead(n)
+			e.Text("dtype")
+			e.Text(c.dtype)
+			e.Text("offset")
+			e.Uint(c.offset)
+			e.Text("length")
+			e.Uint(c.length)
 			if c.zstd {
-				e.text("encoding")
-				e.text("zstd")
+				e.Text("encoding")
+				e.Text("zstd")
 			}
 			if c.digest != "" {
-				e.text("digest")
-				e.text(c.digest)
+				e.Text("digest")
+				e.Text(c.digest)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package ztensor
+package ztensorwrite
 
 import (
 	"bytes"
@@ -116,7 +116,7 @@ func NewV2Writer(f V2File, opts V2Options) (*V2Writer, error) {
 		return nil, fmt.Errorf("alignment %d is not a multiple of %d", align, ztensor2.Align)
 	}
 	w := &V2Writer{f: f, align: align, blobs: map[blobKey][][2]uint64{}}
-	if err := w.write(magicV2); err != nil {
+	if err := w.write([]byte(ztensor2.Magic)); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -341,7 +341,7 @@ func (w *V2Writer) Close(attrs map[string]any) error {
 	footer = binary.LittleEndian.AppendUint64(footer, xxh3.Hash(manifest))
 	footer = binary.LittleEndian.AppendUint32(footer, ztensor2.Version)
 	footer = binary.LittleEndian.AppendUint32(footer, 0)
-	footer = append(footer, magicV2...)
+	footer = append(footer, ztensor2.Magic...)
 	for _, b := range [][]byte{manifest, footer} {
 		if err := w.write(b); err != nil {
 			return err
@@ -392,9 +392,9 @@ func (w *V2Writer) manifest(attrs map[string]any) ([]byte, error) {
 	if len(attrs) > 0 {
 		root["attributes"] = attrs
 	}
-	e := encoder{canonical: true}
-	if err := e.value(root); err != nil {
+	e := Encoder{Canonical: true}
+	if err := e.Value(root); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	return e.buf, nil
+	return e.Buf, nil
 }

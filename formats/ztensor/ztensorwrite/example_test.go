@@ -1,4 +1,4 @@
-package ztensor_test
+package ztensorwrite_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 func Example() {
@@ -16,11 +17,11 @@ func Example() {
 	}
 
 	var file bytes.Buffer
-	w := ztensor.NewWriter(&file)
-	data := ztensor.Dense("f32", weights)
-	data.Digest = ztensor.DigestCRC32C
+	w := ztensorwrite.NewWriter(&file)
+	data := ztensorwrite.Dense("f32", weights)
+	data.Digest = ztensorwrite.DigestCRC32C
 	if err := w.WriteObject("layer0/weight", []uint64{2, 3}, "dense", map[string]any{"note": "demo"},
-		[]ztensor.ComponentSpec{data}); err != nil {
+		[]ztensorwrite.ComponentSpec{data}); err != nil {
 		panic(err)
 	}
 	if err := w.Close(map[string]any{"framework": "none"}); err != nil {

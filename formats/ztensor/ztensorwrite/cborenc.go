@@ -1,4 +1,4 @@
-package ztensor
+package ztensorwrite
 
 import (
 	"fmt"
@@ -30,56 +30,60 @@ var scalarMode = func() cbor.EncMode {
 	return em
 }()
 
-// encoder appends CBOR items to buf in the reference's deterministic form:
-// v1's, map keys in the bytewise order of their text, or with canonical
+// Encoder appends CBOR items to Buf in the reference's deterministic form:
+// v1's, map keys in the bytewise order of their text, or with Canonical
 // set v2's, RFC 8949 core deterministic encoding, keys in the bytewise
-// order of their encodings (shorter text first) and no tags.
-type encoder struct {
-	buf       []byte
-	canonical bool
+// order of their encodings (shorter text first) and no tags. Tests build
+// manifests with it, hostile ones too (Head writes any head).
+type Encoder struct {
+	Buf       []byte
+	Canonical bool
 }
 
-// head writes a major type with its argument in shortest form.
-func (e *encoder) head(major byte, n uint64) {
+// Head writes a major type with its argument in shortest form.
+func (e *Encoder) Head(major byte, n uint64) {
 	m := major << 5
 	switch {
 	case n < 24:
-		e.buf = append(e.buf, m|byte(n))
+		e.Buf = append(e.Buf, m|byte(n))
 	case n <= 0xff:
-		e.buf = append(e.buf, m|24, byte(n))
+		e.Buf = append(e.Buf, m|24, byte(n))
 	case n <= 0xffff:
-		e.buf = append(e.buf, m|25, byte(n>>8), byte(n))
+		e.Buf = append(e.Buf, m|25, byte(n>>8), byte(n))
 	case n <= 0xffffffff:
-		e.buf = append(e.buf, m|26, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+		e.Buf = append(e.Buf, m|26, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	default:
-		e.buf = append(e.buf, m|27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32),
+		e.Buf = append(e.Buf, m|27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32),
 			byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
 }
 
-func (e *encoder) uint(n uint64) { e.head(0, n) }
+// Uint writes an unsigned integer.
+func (e *Encoder) Uint(n uint64) { e.Head(0, n) }
 
-func (e *encoder) text(s string) {
-	e.head(3, uint64(len(s)))
-	e.buf = append(e.buf, s...)
+// Text writes a text string.
+func (e *Encoder) Text(s string) {
+	e.Head(3, uint64(len(s)))
+	e.Buf = append(e.Buf, s...)
 }
 
-func (e *encoder) mapHead(n int) { e.head(5, uint64(n)) }
+// MapHead writes the head of a map of n pairs.
+func (e *Encoder) MapHead(n int) { e.Head(5, uint64(n)) }
 
-// value writes an attribute value: nil, bool, integers, floats, *big.Int,
+// Value writes an attribute value: nil, bool, integers, floats, *big.Int,
 // text, []byte, slices, and maps with text keys (written in bytewise key
 // order), nested to any depth the caller built.
-func (e *encoder) value(v any) error {
+func (e *Encoder) Value(v any) error {
 	switch x := v.(type) {
 	case nil:
-		e.buf = append(e.buf, 0xf6)
+		e.Buf = append(e.Buf, 0xf6)
 		return nil
 	case string:
-		e.text(x)
+		e.Text(x)
 		return nil
 	case []byte:
-		e.head(2, uint64(len(x)))
-		e.buf = append(e.buf, x...)
+		e.Head(2, uint64(len(x)))
+		e.Buf = append(e.Buf, x...)
 		return nil
 	case *big.Int:
 		return e.bigInt(x)
@@ -89,9 +93,9 @@ func (e *encoder) value(v any) error {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
 	case reflect.Slice, reflect.Array:
-		e.head(4, uint64(rv.Len()))
+		e.Head(4, uint64(rv.Len()))
 		for i := 0; i < rv.Len(); i++ {
-			if err := e.value(rv.Index(i).Interface()); err != nil {
+			if err := e.Value(rv.Index(i).Interface()); err != nil {
 				return err
 			}
 		}
@@ -107,17 +111,17 @@ func (e *encoder) value(v any) error {
 			keys = append(keys, k)
 			vals[k] = it.Value()
 		}
-		if e.canonical {
+		if e.Canonical {
 			sort.Slice(keys, func(i, j int) bool {
 				return len(keys[i]) < len(keys[j]) || len(keys[i]) == len(keys[j]) && keys[i] < keys[j]
 			})
 		} else {
 			sort.Strings(keys)
 		}
-		e.mapHead(len(keys))
+		e.MapHead(len(keys))
 		for _, k := range keys {
-			e.text(k)
-			if err := e.value(vals[k].Interface()); err != nil {
+			e.Text(k)
+			if err := e.Value(vals[k].Interface()); err != nil {
 				return fmt.Errorf("key %q: %w", k, err)
 			}
 		}
@@ -133,34 +137,34 @@ func (e *encoder) value(v any) error {
 // bigInt writes an integer that may not fit 64 bits: as a plain integer
 // when it fits 65 (CBOR's range), else as the v1 writers' bignum tag, which
 // v2 forbids.
-func (e *encoder) bigInt(x *big.Int) error {
+func (e *Encoder) bigInt(x *big.Int) error {
 	if x == nil {
-		e.buf = append(e.buf, 0xf6)
+		e.Buf = append(e.Buf, 0xf6)
 		return nil
 	}
 	if x.Sign() >= 0 && x.IsUint64() {
-		e.head(0, x.Uint64())
+		e.Head(0, x.Uint64())
 		return nil
 	}
 	if x.Sign() < 0 {
 		n := new(big.Int).Neg(x)
 		n.Sub(n, big.NewInt(1))
 		if n.IsUint64() {
-			e.head(1, n.Uint64())
+			e.Head(1, n.Uint64())
 			return nil
 		}
 	}
-	if e.canonical {
+	if e.Canonical {
 		return fmt.Errorf("integer %s does not fit CBOR's 64-bit integers, and v2 forbids the bignum tags", x)
 	}
 	return e.scalar(x)
 }
 
-func (e *encoder) scalar(v any) error {
+func (e *Encoder) scalar(v any) error {
 	b, err := scalarMode.Marshal(v)
 	if err != nil {
 		return err
 	}
-	e.buf = append(e.buf, b...)
+	e.Buf = append(e.Buf, b...)
 	return nil
 }

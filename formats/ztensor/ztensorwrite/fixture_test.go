@@ -1,4 +1,4 @@
-package ztensor
+package ztensorwrite
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
 // fixtureWrites re-creates the fixtures whose components are raw with the
@@ -18,16 +19,16 @@ var fixtureWrites = []struct {
 	{"v1_1/valid/empty.zt", nil, func(w *Writer) error { return nil }},
 	{"v1_1/valid/dense_f32.zt", nil, func(w *Writer) error {
 		if err := w.WriteObject("weights", []uint64{2, 3}, "dense", nil,
-			[]ComponentSpec{Dense("f32", le32s(1, 2, 3, 4, 5, 6))}); err != nil {
+			[]ComponentSpec{Dense("f32", ztensortest.LE32s(1, 2, 3, 4, 5, 6))}); err != nil {
 			return err
 		}
 		return w.WriteObject("bias", []uint64{3}, "dense", nil,
-			[]ComponentSpec{Dense("f32", le32s(0.5, -0.5, 0.25))})
+			[]ComponentSpec{Dense("f32", ztensortest.LE32s(0.5, -0.5, 0.25))})
 	}},
 	{"v1_1/valid/checksums.zt", nil, func(w *Writer) error {
-		crc := Dense("f32", le32s(1, 2, 3, 4))
+		crc := Dense("f32", ztensortest.LE32s(1, 2, 3, 4))
 		crc.Digest = DigestCRC32C
-		sha := Dense("f32", le32s(1, 2, 3, 4))
+		sha := Dense("f32", ztensortest.LE32s(1, 2, 3, 4))
 		sha.Digest = DigestSHA256
 		if err := w.WriteObject("crc", []uint64{4}, "dense", nil, []ComponentSpec{crc}); err != nil {
 			return err
@@ -51,7 +52,7 @@ var fixtureWrites = []struct {
 			data        []byte
 		}{
 			{"f64", "f64", []uint64{2}, two(math.Float64bits(1.5), math.Float64bits(-2.25), 8)},
-			{"f32", "f32", []uint64{2}, le32s(1.5, -2.25)},
+			{"f32", "f32", []uint64{2}, ztensortest.LE32s(1.5, -2.25)},
 			{"f16", "f16", []uint64{2}, two(f16(0x3e00), f16(0xc080), 2)},
 			{"bf16", "bf16", []uint64{2}, two(f16(0x3fc0), f16(0xc010), 2)},
 			{"i64", "i64", []uint64{2}, two(math.MaxUint64, 1<<40, 8)},
@@ -63,7 +64,7 @@ var fixtureWrites = []struct {
 			{"u16", "u16", []uint64{2}, two(1, 65535, 2)},
 			{"u8", "u8", []uint64{2}, two(1, 255, 1)},
 			{"bool", "bool", []uint64{4}, []byte{1, 0, 1, 1}},
-			{"scalar", "f32", []uint64{}, le32s(3)},
+			{"scalar", "f32", []uint64{}, ztensortest.LE32s(3)},
 			{"zero_size", "f32", []uint64{0, 4}, nil},
 		}
 		for _, o := range objects {
@@ -75,15 +76,15 @@ var fixtureWrites = []struct {
 	}},
 	{"v1_1/valid/sparse.zt", nil, func(w *Writer) error {
 		if err := w.WriteObject("csr", []uint64{2, 3}, "sparse_csr", nil, []ComponentSpec{
-			Component("values", "f32", le32s(1, 2, 3)),
-			Component("indices", "u64", le64s(0, 2, 2)),
-			Component("indptr", "u64", le64s(0, 2, 3)),
+			Component("values", "f32", ztensortest.LE32s(1, 2, 3)),
+			Component("indices", "u64", ztensortest.LE64s(0, 2, 2)),
+			Component("indptr", "u64", ztensortest.LE64s(0, 2, 3)),
 		}); err != nil {
 			return err
 		}
 		return w.WriteObject("coo", []uint64{2, 3}, "sparse_coo", nil, []ComponentSpec{
-			Component("values", "f32", le32s(1, 2, 3)),
-			Component("coords", "u64", le64s(0, 0, 1, 0, 2, 2)),
+			Component("values", "f32", ztensortest.LE32s(1, 2, 3)),
+			Component("coords", "u64", ztensortest.LE64s(0, 0, 1, 0, 2, 2)),
 		})
 	}},
 	{"v1_1/valid/attributes_quantized.zt", map[string]any{"framework": "PyTorch", "license": "Apache-2.0"},
@@ -108,7 +109,7 @@ var fixtureWrites = []struct {
 				[]ComponentSpec{Component("blob", "u8", []byte{7, 8})})
 		}},
 	{"v1_1/reject/global_attr_non_string.zt", map[string]any{"n": 5}, func(w *Writer) error {
-		return w.WriteObject("x", []uint64{1}, "dense", nil, []ComponentSpec{Dense("f32", le32s(1))})
+		return w.WriteObject("x", []uint64{1}, "dense", nil, []ComponentSpec{Dense("f32", ztensortest.LE32s(1))})
 	}},
 }
 

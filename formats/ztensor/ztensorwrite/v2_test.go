@@ -1,4 +1,4 @@
-package ztensor
+package ztensorwrite
 
 import (
 	"bytes"
