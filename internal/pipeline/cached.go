@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // blockSource produces the decoded blocks of a stream: block k holds bytes
@@ -132,7 +133,7 @@ func (c *cached) ReadAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, eof := clamp(p, off, size)
+	n, eof := stream.Clamp(p, off, size)
 	pin := c.cache.Pin()
 	defer pin.Unpin()
 	done := 0

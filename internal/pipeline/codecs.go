@@ -13,6 +13,7 @@ import (
 	"github.com/ztfs/ztfs/internal/codec/lz4block"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
 	"github.com/ztfs/ztfs/internal/codec/szip"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // maxWholeInput bounds the stored bytes of a run-length or Roaring coded
@@ -93,7 +94,7 @@ func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, siz
 	case "lz4":
 		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "lz4",
 			open: func(int64) (io.Reader, int64) {
-				return lz4block.NewReader(io.NewSectionReader(readerAtFunc(in.ReadAt), 0, inSize), size), 0
+				return lz4block.NewReader(io.NewSectionReader(stream.ReaderAtFunc(in.ReadAt), 0, inSize), size), 0
 			}}
 		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
 		return s.out, nil
@@ -124,7 +125,7 @@ func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, siz
 					first = at / rsiBytes
 					bit = offsets[first]
 				}
-				src := io.NewSectionReader(readerAtFunc(in.ReadAt), int64(bit/8), inSize-int64(bit/8))
+				src := io.NewSectionReader(stream.ReaderAtFunc(in.ReadAt), int64(bit/8), inSize-int64(bit/8))
 				dec := szip.NewReaderAt(src, int(bit%8), params, size-first*rsiBytes)
 				if trusted {
 					dec.CheckRSIOffsets(offsets, int(first), bit/8)
@@ -299,14 +300,14 @@ type indexed struct {
 	size   int64
 	build  func([]byte) (bitmask.Index, error)
 
-	memo memo
+	memo stream.Memo
 	x    bitmask.Index
 }
 
 func (x *indexed) index() (bitmask.Index, error) {
-	err := x.memo.do(func() error {
+	err := x.memo.Do(func() error {
 		blob := make([]byte, x.inSize)
-		if err := readFull(x.in, blob, 0); err != nil {
+		if err := stream.ReadFull(x.in, blob, 0); err != nil {
 			return err
 		}
 		ix, err := x.build(blob)
@@ -326,7 +327,7 @@ func (x *indexed) ReadAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, eof := clamp(p, off, x.size)
+	n, eof := stream.Clamp(p, off, x.size)
 	if n == 0 {
 		return 0, eof
 	}
@@ -378,7 +379,7 @@ type repeated struct {
 func (r *repeated) Size() (int64, error) { return r.size, nil }
 
 func (r *repeated) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, r.size)
+	n, eof := stream.Clamp(p, off, r.size)
 	u := int64(len(r.unit))
 	for i := 0; i < n; {
 		at := (off + int64(i)) % u
@@ -402,7 +403,7 @@ const unshuffleChunk = 256 << 10
 func (u *unshuffled) Size() (int64, error) { return u.size, nil }
 
 func (u *unshuffled) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, u.size)
+	n, eof := stream.Clamp(p, off, u.size)
 	if n == 0 {
 		return 0, eof
 	}
@@ -417,7 +418,7 @@ func (u *unshuffled) ReadAt(p []byte, off int64) (int, error) {
 		}
 		g, o := gathered[:m*s], out[:m*s]
 		for b := int64(0); b < s; b++ {
-			if err := readFull(u.in, g[b*m:(b+1)*m], b*count+e); err != nil {
+			if err := stream.ReadFull(u.in, g[b*m:(b+1)*m], b*count+e); err != nil {
 				return 0, err
 			}
 		}
@@ -486,7 +487,7 @@ func (p *Pipeline) buildMasks(decoded Reader, c *formats.Component, m *formats.M
 		if blob.Offset > uint64(src.Size()) || blob.Length > uint64(src.Size())-blob.Offset {
 			return nil, fmt.Errorf("mask blob [%d, +%d) lies outside the source", blob.Offset, blob.Length)
 		}
-		stored := Reader(newRegion(src, int64(mask.Offset), int64(mask.Length)))
+		stored := Reader(stream.NewRegion(src, int64(mask.Offset), int64(mask.Length)))
 		mask.Codecs = []formats.Codec{formats.BitmaskDecode{Method: blob.Method, Count: m.Count}}
 		bits, err := p.buildCodecs(stored, mask)
 		if err != nil {
@@ -511,7 +512,7 @@ func (m *masked) ReadAt(p []byte, off int64) (int, error) {
 	first, end := off/m.width, (off+int64(n)+m.width-1)/m.width
 	packed := make([]byte, (end+7)/8-first/8)
 	for _, f := range m.fills {
-		if err := readFull(f.bits, packed, first/8); err != nil {
+		if err := stream.ReadFull(f.bits, packed, first/8); err != nil {
 			return 0, fmt.Errorf("mask: %w", err)
 		}
 		for i, b := range packed {

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -120,7 +121,7 @@ func (d *dequantized) fillStep(out []byte, e0, e1 uint64) error {
 	scales := make([]float32, n)
 	if d.subScales == nil {
 		raw := make([]byte, 2*n)
-		if err := readFull(d.scales, raw, int64(2*bi0)); err != nil {
+		if err := stream.ReadFull(d.scales, raw, int64(2*bi0)); err != nil {
 			return fmt.Errorf("scales: %w", err)
 		}
 		for i := range scales {
@@ -131,11 +132,11 @@ func (d *dequantized) fillStep(out []byte, e0, e1 uint64) error {
 		superOf := func(bi uint64) uint64 { r := bi / d.bpr; return r*d.spr + (bi-r*d.bpr)/super }
 		s0, s1 := superOf(bi0), superOf(bi1-1)+1
 		supers := make([]byte, 2*(s1-s0))
-		if err := readFull(d.scales, supers, int64(2*s0)); err != nil {
+		if err := stream.ReadFull(d.scales, supers, int64(2*s0)); err != nil {
 			return fmt.Errorf("super-block scales: %w", err)
 		}
 		subs := make([]byte, n)
-		if err := readFull(d.subScales, subs, int64(bi0)); err != nil {
+		if err := stream.ReadFull(d.subScales, subs, int64(bi0)); err != nil {
 			return fmt.Errorf("sub-scales: %w", err)
 		}
 		for i := range scales {
@@ -144,7 +145,7 @@ func (d *dequantized) fillStep(out []byte, e0, e1 uint64) error {
 		}
 	}
 	codes := make([]byte, int64(n)*d.blockBytes)
-	if err := readFull(d.codes, codes, int64(bi0)*d.blockBytes); err != nil {
+	if err := stream.ReadFull(d.codes, codes, int64(bi0)*d.blockBytes); err != nil {
 		return fmt.Errorf("codes: %w", err)
 	}
 	if cols%32 == 0 && e0%32 == 0 && e1%32 == 0 {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant/ggml"
 	"github.com/ztfs/ztfs/quant/ggmltype"
 )
@@ -90,7 +91,7 @@ func (g *ggmlDequantized) block(k int64) ([]byte, error) {
 			raw = make([]byte, min(nb, ggmlBlocksPerStep)*int64(g.info.TypeSize))
 		}
 		src := raw[:nb*int64(g.info.TypeSize)]
-		if err := readFull(g.data, src, b0*int64(g.info.TypeSize)); err != nil {
+		if err := stream.ReadFull(g.data, src, b0*int64(g.info.TypeSize)); err != nil {
 			return nil, fmt.Errorf("ggml blocks: %w", err)
 		}
 		first := b0 * bs

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -58,14 +59,14 @@ func (p *param) values(k, n uint64) ([]float32, error) {
 		w := uint64(p.packed.WordBytes)
 		first, last := p.packed.WordOf(k), p.packed.WordOf(k+n-1)
 		raw := make([]byte, (last-first+1)*w)
-		if err := readFull(p.r, raw, int64(first*w)); err != nil {
+		if err := stream.ReadFull(p.r, raw, int64(first*w)); err != nil {
 			return nil, err
 		}
 		p.packed.Unpack(out, raw, k)
 		return out, nil
 	}
 	raw := make([]byte, n*p.width)
-	if err := readFull(p.r, raw, int64(k*p.width)); err != nil {
+	if err := stream.ReadFull(p.r, raw, int64(k*p.width)); err != nil {
 		return nil, err
 	}
 	for i := range out {
@@ -235,7 +236,7 @@ func (g *grouped) block(k int64) ([]byte, error) {
 	m := uint64(len(out) / 4)
 	off, length := g.dataAt(e0, m)
 	raw := make([]byte, length)
-	if err := readFull(g.data, raw, int64(off)); err != nil {
+	if err := stream.ReadFull(g.data, raw, int64(off)); err != nil {
 		return nil, fmt.Errorf("part %q: %w", "data", err)
 	}
 	x := make([]float32, m)

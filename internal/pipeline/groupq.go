@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -32,7 +33,7 @@ type groupDequantized struct {
 	zeroInt                    bool   // zero points are integers, not floats
 	kernel                     *quant.GroupCodes
 
-	tables     memo // GPTQ: scales, zeros and g_idx, read whole
+	tables     stream.Memo // GPTQ: scales, zeros and g_idx, read whole
 	scaleTable []float32
 	zeroTable  []float32
 	groupOf    []uint32
@@ -225,7 +226,7 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 	firstC := r0*g.cpr + (e0-r0*g.cols)/per
 	lastC := rLast*g.cpr + (e1-1-rLast*g.cols)/per
 	codes := make([]byte, (lastC-firstC+1)*g.cb)
-	if err := readFull(g.codes, codes, int64(firstC*g.cb)); err != nil {
+	if err := stream.ReadFull(g.codes, codes, int64(firstC*g.cb)); err != nil {
 		return fmt.Errorf("codes: %w", err)
 	}
 	firstG := r0*g.gpr + (e0-r0*g.cols)/gs
@@ -262,7 +263,7 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 // readFloats reads count scales or zero points of width w from index first.
 func (g *groupDequantized) readFloats(r Reader, first, count, w uint64, integer bool, d formats.DType) ([]float32, error) {
 	raw := make([]byte, count*w)
-	if err := readFull(r, raw, int64(first*w)); err != nil {
+	if err := stream.ReadFull(r, raw, int64(first*w)); err != nil {
 		return nil, err
 	}
 	read, _, _ := floatReader(d)
@@ -278,7 +279,7 @@ func (g *groupDequantized) readFloats(r Reader, first, count, w uint64, integer 
 
 // loadTables reads a GPTQ tensor's scales, zero points and group indices.
 func (g *groupDequantized) loadTables() error {
-	return g.tables.do(func() error {
+	return g.tables.Do(func() error {
 		n := g.groups * g.cols
 		if g.scaleTable, g.tablesErr = g.readFloats(g.scales, 0, n, g.sw, false, g.l.ScaleDType); g.tablesErr != nil {
 			g.tablesErr = fmt.Errorf("scales: %w", g.tablesErr)
@@ -289,7 +290,7 @@ func (g *groupDequantized) loadTables() error {
 				per := uint64(g.l.PerContainer)
 				zpr := g.cols/per + min(g.cols%per, 1)
 				raw := make([]byte, g.groups*zpr*g.cb)
-				if g.tablesErr = readFull(g.zeros, raw, 0); g.tablesErr != nil {
+				if g.tablesErr = stream.ReadFull(g.zeros, raw, 0); g.tablesErr != nil {
 					g.tablesErr = fmt.Errorf("zero points: %w", g.tablesErr)
 					return g.tablesErr
 				}
@@ -316,7 +317,7 @@ func (g *groupDequantized) loadTables() error {
 			return g.tablesErr
 		}
 		raw := make([]byte, 4*g.rows)
-		if g.tablesErr = readFull(g.gidx, raw, 0); g.tablesErr != nil {
+		if g.tablesErr = stream.ReadFull(g.gidx, raw, 0); g.tablesErr != nil {
 			g.tablesErr = fmt.Errorf("group indices: %w", g.tablesErr)
 			return g.tablesErr
 		}
@@ -342,7 +343,7 @@ func (g *groupDequantized) fillGPTQ(out []byte, e0, e1 uint64) error {
 	// Whole container rows hold the codes of per rows each.
 	firstRow, lastRow := i0/per, iLast/per
 	codes := make([]byte, (lastRow-firstRow+1)*g.cols*g.cb)
-	if err := readFull(g.codes, codes, int64(firstRow*g.cols*g.cb)); err != nil {
+	if err := stream.ReadFull(g.codes, codes, int64(firstRow*g.cols*g.cb)); err != nil {
 		return fmt.Errorf("codes: %w", err)
 	}
 	// Row by row: a row's codes are one slot of a row of containers, its

@@ -18,6 +18,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -168,7 +169,7 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 	if c.Offset > uint64(src.Size()) || c.Length > uint64(src.Size())-c.Offset {
 		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source %s", c.Offset, c.Length, src.Size(), src.Name())}
 	}
-	var stored Reader = newRegion(src, int64(c.Offset), int64(c.Length))
+	var stored Reader = stream.NewRegion(src, int64(c.Offset), int64(c.Length))
 	var storedCheck *verdict
 	if c.Digest != "" && !c.DigestDecoded && p.verifies(c) {
 		v, err := p.verdictLocked(t, c)
@@ -236,7 +237,7 @@ func (p *Pipeline) fileVerdictLocked(k int) *verdict {
 		return v
 	}
 	v := &verdict{check: func() error {
-		err := digest.Check(newRegion(src, 0, src.Size()), 0, src.Size(), key.digest)
+		err := digest.Check(stream.NewRegion(src, 0, src.Size()), 0, src.Size(), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("%s: %v; served unverified", src.Name(), err)
 			return nil
@@ -355,7 +356,7 @@ func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verd
 	v := &verdict{check: func() error {
 		// Through a region, whose failed reads are sourceErrors: a
 		// verdict that could not read the bytes is not kept.
-		err := digest.Check(newRegion(src, int64(key.off), int64(key.length)), 0, int64(key.length), key.digest)
+		err := digest.Check(stream.NewRegion(src, int64(key.off), int64(key.length)), 0, int64(key.length), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
 			return nil
@@ -598,7 +599,7 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	if f.Offset > uint64(src.Size()) || f.Length > uint64(src.Size())-f.Offset {
 		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
 	}
-	return withContext(newRegion(src, int64(f.Offset), int64(f.Length)), nil, fmt.Sprintf("file %q", f.Name))
+	return withContext(stream.NewRegion(src, int64(f.Offset), int64(f.Length)), nil, fmt.Sprintf("file %q", f.Name))
 }
 
 // unreadable is a reader of a known size whose reads fail with one error:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // Readers of components decoded into 1 MiB and 128 KiB blocks, through a
@@ -68,7 +69,7 @@ func TestRecycledBlocksStayRight(t *testing.T) {
 				off := rng.Int63n(size - n + 1)
 				if rng.Intn(2) == 0 {
 					buf := make([]byte, n)
-					if err := readFull(x.r, buf, off); err != nil {
+					if err := stream.ReadFull(x.r, buf, off); err != nil {
 						errs <- err
 						return
 					}

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -34,7 +35,7 @@ func (a *array) bytes(i, n uint64) ([]byte, error) {
 	}
 	start := a.base + i*a.spec.Stride
 	if a.spec.Stride == a.width {
-		return out, readFull(a.r, out, int64(start))
+		return out, stream.ReadFull(a.r, out, int64(start))
 	}
 	// Records can be wide (one index per dimension): read them a bounded
 	// span at a time.
@@ -43,7 +44,7 @@ func (a *array) bytes(i, n uint64) ([]byte, error) {
 	for j := uint64(0); j < n; j += per {
 		m := min(per, n-j)
 		part := span[:(m-1)*a.spec.Stride+a.width]
-		if err := readFull(a.r, part, int64(start+j*a.spec.Stride)); err != nil {
+		if err := stream.ReadFull(a.r, part, int64(start+j*a.spec.Stride)); err != nil {
 			return nil, err
 		}
 		for e := uint64(0); e < m; e++ {
@@ -103,7 +104,7 @@ func (a *array) nibbleBytes(i, n uint64) ([]byte, error) {
 	}
 	first, last := a.base+i/2, a.base+(i+n-1)/2
 	raw := make([]byte, last-first+2) // one spare zero byte for the shift
-	if err := readFull(a.r, raw[:last-first+1], int64(first)); err != nil {
+	if err := stream.ReadFull(a.r, raw[:last-first+1], int64(first)); err != nil {
 		return nil, err
 	}
 	if i%2 == 0 {
@@ -170,7 +171,7 @@ type sparse struct {
 	// strict applies zTensor v2's data rules (formats.SparseCSR.Strict).
 	strict bool
 
-	memo   memo // of validate
+	memo   stream.Memo // of validate
 	nnz    uint64
 	sorted bool  // COO entries are in non-decreasing linear order
 	window int64 // blocks per fill
@@ -265,7 +266,7 @@ func (s *sparse) size() (int64, error) { return int64(s.total * s.outBytes), nil
 
 // prepare resolves nnz and validates the index structure once.
 func (s *sparse) prepare() error {
-	return s.memo.do(s.validate)
+	return s.memo.Do(s.validate)
 }
 
 func (s *sparse) validate() error {

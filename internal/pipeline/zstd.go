@@ -12,6 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // storedReadSize is how much compressed input a decoder reads at once.
@@ -50,7 +51,7 @@ type zstdStream struct {
 	// source): framed is then the frame index's server, nil for a stream
 	// decoded sequentially, and unindexed says why (for tests); indexErr is
 	// set when the headers show the wrong size.
-	indexed   memo
+	indexed   stream.Memo
 	framed    atomic.Pointer[framedStream]
 	unindexed error
 	indexErr  error
@@ -121,7 +122,7 @@ func (z *zstdStream) size() (int64, error) {
 // stream decoded sequentially, or an error when the frame headers already
 // show that the stream cannot have the size it must have.
 func (z *zstdStream) index() (*framedStream, error) {
-	if err := z.indexed.do(z.buildIndex); err != nil {
+	if err := z.indexed.Do(z.buildIndex); err != nil {
 		return nil, err
 	}
 	if st := z.state.Load(); st != nil && st.err != nil {
@@ -138,9 +139,9 @@ func (z *zstdStream) index() (*framedStream, error) {
 // does not take: nothing is then decided, and the next use tries again.
 func (z *zstdStream) buildIndex() error {
 	var readErr error
-	stored := readerAtFunc(func(p []byte, off int64) (int, error) {
+	stored := stream.ReaderAtFunc(func(p []byte, off int64) (int, error) {
 		n, err := z.stored.ReadAt(p, off)
-		if err != nil && readErr == nil && isSourceError(err) {
+		if err != nil && readErr == nil && stream.IsSourceError(err) {
 			readErr = err
 		}
 		return n, err
@@ -218,7 +219,7 @@ func (z *zstdStream) fail(err error) error {
 // the source (isSourceError) is returned as it is: the same bytes may read
 // another time, and the next use tries again.
 func (z *zstdStream) failKept(err error) error {
-	if isSourceError(err) {
+	if stream.IsSourceError(err) {
 		return err
 	}
 	return z.fail(err)
@@ -530,7 +531,7 @@ func (z *zstdStream) reset(c *cursor) error {
 	c.next, c.end, c.restart = 0, false, false
 	// The decoder reads block headers of a few bytes: buffer its input so
 	// that each is not a system call.
-	stored := readerAtFunc(z.stored.ReadAt)
+	stored := stream.ReaderAtFunc(z.stored.ReadAt)
 	in := bufio.NewReaderSize(io.NewSectionReader(stored, 0, z.storedLen), storedReadSize)
 	if err := c.dec.Reset(zstdframe.NewWindowLimiter(in, stored, z.storedLen, z.max)); err != nil {
 		c.restart = true
@@ -567,10 +568,6 @@ func readUntilEnd(r io.Reader, buf []byte) (int, error) {
 	}
 	return n, nil
 }
-
-type readerAtFunc func(p []byte, off int64) (int, error)
-
-func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
 
 // cursor is a decoder and where it stands in its owner's stream.
 type cursor struct {

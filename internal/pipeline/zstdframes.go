@@ -10,6 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // Multi-frame zstd streams.
@@ -331,7 +332,7 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	base := f.idx.Comp[i0]
 	comp := getBuffer(f.idx.Comp[i1] - base)
 	defer putBuffer(comp)
-	if err := readFull(z.stored, comp, base); err != nil {
+	if err := stream.ReadFull(z.stored, comp, base); err != nil {
 		return nil, err
 	}
 	var out []byte

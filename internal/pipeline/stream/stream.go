@@ -1,4 +1,10 @@
-package pipeline
+// Package stream is the stuff the pipeline's chains are made of: the Reader
+// interface every stage implements and the capabilities a stage may add
+// (lending its bytes, FileSpanner's spans of the source file, being a whole
+// file), Region, the one stage that reads a source, and what every stage
+// shares: ReadFull, ReadSlices, Clamp, and Memo, which keeps an outcome
+// unless a read of the source stopped it (IsSourceError).
+package stream
 
 import (
 	"errors"
@@ -83,12 +89,12 @@ type Slicer interface {
 	ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error)
 }
 
-// noRelease is the release of slices that borrow nothing.
-func noRelease() {}
+// NoRelease is the release of slices that borrow nothing.
+func NoRelease() {}
 
-// clamp limits a read of len(p) bytes at off to a stream of the given size.
+// Clamp limits a read of len(p) bytes at off to a stream of the given size.
 // It returns the byte count to read and io.EOF if the read is cut short.
-func clamp(p []byte, off, size int64) (int, error) {
+func Clamp(p []byte, off, size int64) (int, error) {
 	if off < 0 {
 		return 0, errors.New("negative offset")
 	}
@@ -112,30 +118,34 @@ func (b Bytes) Size() (int64, error) { return int64(len(b)), nil }
 
 // ReadAt implements Reader.
 func (b Bytes) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, int64(len(b)))
+	n, eof := Clamp(p, off, int64(len(b)))
 	if n > 0 {
 		copy(p[:n], b[off:])
 	}
 	return n, eof
 }
 
-// region serves a byte range of the source as stored.
-type region struct {
+// Region serves a byte range of the source as stored.
+type Region struct {
 	src      source.Source
 	spanner  source.Spanner // src, when the kernel can splice from it
 	off, len int64
 }
 
-func newRegion(src source.Source, off, n int64) *region {
-	r := &region{src: src, off: off, len: n}
+// NewRegion returns the region of n bytes of src at off.
+func NewRegion(src source.Source, off, n int64) *Region {
+	r := &Region{src: src, off: off, len: n}
 	r.spanner, _ = src.(source.Spanner)
 	return r
 }
 
-func (r *region) Size() (int64, error) { return r.len, nil }
+// Size implements Reader.
+func (r *Region) Size() (int64, error) { return r.len, nil }
 
-func (r *region) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, r.len)
+// ReadAt implements Reader; a failed read of the source is a source
+// error (IsSourceError).
+func (r *Region) ReadAt(p []byte, off int64) (int, error) {
+	n, eof := Clamp(p, off, r.len)
 	if n == 0 {
 		return 0, eof
 	}
@@ -151,52 +161,8 @@ func (r *region) ReadAt(p []byte, off int64) (int, error) {
 	return n, eof
 }
 
-// sourceError is the error of a read of a source: a failing disk's EIO, an
-// HTTP request that failed for good. The same bytes may read another time,
-// so what a stage works out once and keeps (a frame index, a size learnt by
-// decoding, a digest's verdict) is not kept when a sourceError stopped it,
-// as it is when the bytes themselves were wrong: the next read tries again.
-type sourceError struct{ err error }
-
-func (e *sourceError) Error() string { return e.err.Error() }
-func (e *sourceError) Unwrap() error { return e.err }
-
-// isSourceError reports whether err is, or wraps, a sourceError.
-func isSourceError(err error) bool {
-	var se *sourceError
-	return errors.As(err, &se)
-}
-
-// memo runs a function until it succeeds, or fails for a reason in the
-// bytes, and keeps that outcome: sync.Once, except that a failure to read
-// the source (isSourceError) is returned without being kept.
-type memo struct {
-	done atomic.Bool
-	mu   sync.Mutex
-	err  error
-}
-
-// do returns f's kept outcome, running f (one caller at a time) until
-// there is one.
-func (m *memo) do(f func() error) error {
-	if m.done.Load() {
-		return m.err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.done.Load() {
-		return m.err
-	}
-	err := f()
-	if err != nil && isSourceError(err) {
-		return err
-	}
-	m.err = err
-	m.done.Store(true)
-	return err
-}
-
-func (r *region) FileSpan(off, n int64) (Span, bool) {
+// FileSpan implements FileSpanner: the region is the source file's bytes.
+func (r *Region) FileSpan(off, n int64) (Span, bool) {
 	if r.spanner == nil || off < 0 || n < 0 || off > r.len || n > r.len-off {
 		return Span{}, false
 	}
@@ -208,135 +174,61 @@ func (r *region) FileSpan(off, n int64) (Span, bool) {
 }
 
 // WholeFile reports whether the region is the whole source file.
-func (r *region) WholeFile() (source.Source, bool) {
+func (r *Region) WholeFile() (source.Source, bool) {
 	if r.off != 0 || r.len != r.src.Size() {
 		return nil, false
 	}
 	return r.src, true
 }
 
-// verdict is the outcome of one digest check, made once, on first use (and
-// again after a check that could not read the bytes).
-type verdict struct {
-	check func() error
-	memo  memo
+// sourceError is the error of a read of a source: a failing disk's EIO, an
+// HTTP request that failed for good. The same bytes may read another time,
+// so what a stage works out once and keeps (a frame index, a size learnt by
+// decoding, a digest's verdict) is not kept when a sourceError stopped it,
+// as it is when the bytes themselves were wrong: the next read tries again.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+// IsSourceError reports whether err is, or wraps, a sourceError.
+func IsSourceError(err error) bool {
+	var se *sourceError
+	return errors.As(err, &se)
 }
 
-func (v *verdict) get() error { return v.memo.do(v.check) }
-
-// verified guards a stream with a digest: the bytes it covers are hashed
-// once, before the first byte is served, and every read fails after a
-// mismatch. It guards both the stored bytes (decoding them, even to learn
-// a size, needs the verdict) and a component's decoded bytes, which some
-// stages make without reading any stored byte: an empty stream, a 0-bit
-// simple_packing payload.
-type verified struct {
-	inner   Reader
-	verdict *verdict
+// Memo runs a function until it succeeds, or fails for a reason in the
+// bytes, and keeps that outcome: sync.Once, except that a failure to read
+// the source (IsSourceError) is returned without being kept.
+type Memo struct {
+	done atomic.Bool
+	mu   sync.Mutex
+	err  error
 }
 
-// Size asks for the verdict only when the stream is empty: a reader learns
-// everything about an empty file from its size and never reads it, while
-// checking the digest of every file a directory listing stats would cost
-// a pass over all of them.
-func (v *verified) Size() (int64, error) {
-	n, err := v.inner.Size()
-	if err == nil && n == 0 {
-		if verr := v.verdict.get(); verr != nil {
-			return 0, verr
-		}
+// Do returns f's kept outcome, running f (one caller at a time) until
+// there is one.
+func (m *Memo) Do(f func() error) error {
+	if m.done.Load() {
+		return m.err
 	}
-	return n, err
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done.Load() {
+		return m.err
+	}
+	err := f()
+	if err != nil && IsSourceError(err) {
+		return err
+	}
+	m.err = err
+	m.done.Store(true)
+	return err
 }
 
-func (v *verified) ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error) {
-	if err := v.verdict.get(); err != nil {
-		return nil, nil, err
-	}
-	return ReadSlices(v.inner, off, n, buf)
-}
-
-func (v *verified) ReadAt(p []byte, off int64) (int, error) {
-	if err := v.verdict.get(); err != nil {
-		return 0, err
-	}
-	return v.inner.ReadAt(p, off)
-}
-
-func (v *verified) FileSpan(off, n int64) (Span, bool) {
-	fs, ok := v.inner.(FileSpanner)
-	if !ok || v.verdict.get() != nil {
-		return Span{}, false
-	}
-	return fs.FileSpan(off, n)
-}
-
-// concat serves a fixed prefix followed by another stream: a .npy header
-// and the array data.
-type concat struct {
-	prefix []byte
-	body   Reader
-}
-
-func (c *concat) Size() (int64, error) {
-	n, err := c.body.Size()
-	if err != nil {
-		return 0, err
-	}
-	return int64(len(c.prefix)) + n, nil
-}
-
-func (c *concat) ReadAt(p []byte, off int64) (int, error) {
-	size, err := c.Size()
-	if err != nil {
-		return 0, err
-	}
-	n, eof := clamp(p, off, size)
-	p = p[:n]
-	done := 0
-	if off < int64(len(c.prefix)) {
-		done = copy(p, c.prefix[off:])
-	}
-	if done < n {
-		got, err := c.body.ReadAt(p[done:], off+int64(done)-int64(len(c.prefix)))
-		if got < n-done {
-			if err == nil || errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return done + got, err
-		}
-	}
-	return n, eof
-}
-
-func (c *concat) ReadSlices(off, n int64, buf []byte) ([][]byte, func(), error) {
-	var out [][]byte
-	if off < int64(len(c.prefix)) {
-		head := c.prefix[off:min(int64(len(c.prefix)), off+n)]
-		out = append(out, head)
-		off, n = off+int64(len(head)), n-int64(len(head))
-	}
-	if n == 0 {
-		return out, noRelease, nil
-	}
-	body, release, err := ReadSlices(c.body, off-int64(len(c.prefix)), n, buf)
-	if err != nil {
-		return nil, nil, err
-	}
-	return append(out, body...), release, nil
-}
-
-func (c *concat) FileSpan(off, n int64) (Span, bool) {
-	fs, ok := c.body.(FileSpanner)
-	if !ok || off < int64(len(c.prefix)) {
-		return Span{}, false
-	}
-	return fs.FileSpan(off-int64(len(c.prefix)), n)
-}
-
-// readFull reads exactly len(p) bytes at off from r; a short stream is an
+// ReadFull reads exactly len(p) bytes at off from r; a short stream is an
 // error, since every caller knows the size it asks for exists.
-func readFull(r Reader, p []byte, off int64) error {
+func ReadFull(r Reader, p []byte, off int64) error {
 	n, err := r.ReadAt(p, off)
 	if n == len(p) {
 		return nil
@@ -357,8 +249,14 @@ func ReadSlices(r Reader, off, n int64, buf []byte) (slices [][]byte, release fu
 	if int64(len(buf)) < n {
 		buf = make([]byte, n)
 	}
-	if err := readFull(r, buf[:n], off); err != nil {
+	if err := ReadFull(r, buf[:n], off); err != nil {
 		return nil, nil, err
 	}
-	return [][]byte{buf[:n]}, noRelease, nil
+	return [][]byte{buf[:n]}, NoRelease, nil
 }
+
+// ReaderAtFunc is a function that reads like io.ReaderAt.
+type ReaderAtFunc func(p []byte, off int64) (int, error)
+
+// ReadAt calls f.
+func (f ReaderAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
