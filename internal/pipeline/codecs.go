@@ -13,6 +13,7 @@ import (
 	"github.com/ztfs/ztfs/internal/codec/lz4block"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
 	"github.com/ztfs/ztfs/internal/codec/szip"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
@@ -45,8 +46,8 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 			if err != nil {
 				return nil, err
 			}
-			if cr, ok := r.(*cached); ok {
-				if z, ok := cr.src.(*zstdStream); ok && z.seekable {
+			if cr, ok := r.(*blocks.Reader); ok {
+				if z, ok := cr.Source().(*zstdStream); ok && z.seekable {
 					p.seekables[c] = z // for CheckSeekTables
 				}
 			}
@@ -87,17 +88,17 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, size int64, max uint64) (Reader, error) {
 	switch k.Method {
 	case "zstd", "zstd-seekable":
-		z := newZstdStream(in, inSize, size, max, p.opts.BlockSize, p.pool)
+		h := blocks.NewCache(p.opts.Cache)
+		z := newZstdStream(in, inSize, size, max, p.opts.BlockSize, p.pool, h)
 		z.seekable = k.Method == "zstd-seekable"
-		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
-		return z.out, nil
+		return blocks.NewReader(h, p.opts.BlockSize, z), nil
 	case "lz4":
-		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "lz4",
+		h := blocks.NewCache(p.opts.Cache)
+		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "lz4", cache: h,
 			open: func(int64) (io.Reader, int64) {
 				return lz4block.NewReader(io.NewSectionReader(stream.ReaderAtFunc(in.ReadAt), 0, inSize), size), 0
 			}}
-		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
-		return s.out, nil
+		return blocks.NewReader(h, p.opts.BlockSize, s), nil
 	case "szip":
 		if k.Szip == nil {
 			return nil, errors.New("szip: no parameters")
@@ -116,7 +117,8 @@ func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, siz
 		// the stream decode from its start from then on (as upstream's
 		// whole-object decode does, which never looks at them).
 		var distrusted atomic.Bool
-		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "szip",
+		h := blocks.NewCache(p.opts.Cache)
+		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "szip", cache: h,
 			open: func(at int64) (io.Reader, int64) {
 				var bit uint64
 				var first int64
@@ -147,8 +149,7 @@ func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, siz
 				return at / rsiBytes * rsiBytes
 			}
 		}
-		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
-		return s.out, nil
+		return blocks.NewReader(h, p.opts.BlockSize, s), nil
 	}
 	return nil, fmt.Errorf("compression %q is not supported", k.Method)
 }
@@ -178,7 +179,7 @@ type sequential struct {
 	total     int64
 	blockSize int64
 	what      string
-	out       *cached
+	cache     blocks.Cache
 	// open returns a decoder whose first byte is decoded byte start,
 	// the latest starting point at or before at; startOf says where that
 	// is without opening one (nil: the stream's start is the only one).
@@ -193,12 +194,12 @@ type sequential struct {
 	pos int64     // decoded offset dec yields next
 }
 
-func (s *sequential) size() (int64, error) { return s.total, nil }
+func (s *sequential) Size() (int64, error) { return s.total, nil }
 
-func (s *sequential) block(k int64) ([]byte, error) {
+func (s *sequential) Block(k int64) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b, ok := s.out.cache.Peek(s.out.key(k)); ok {
+	if b, ok := s.cache.Peek(k); ok {
 		return b, nil
 	}
 	target := k * s.blockSize
@@ -216,7 +217,7 @@ func (s *sequential) block(k int64) ([]byte, error) {
 		if !aligned {
 			n = min(n, s.blockSize-s.pos%s.blockSize)
 		}
-		buf := s.out.alloc(n)
+		buf := s.cache.Alloc(n)
 		if _, err := io.ReadFull(s.dec, buf); err != nil {
 			s.dec = nil
 			if errors.Is(err, io.EOF) {
@@ -243,7 +244,7 @@ func (s *sequential) block(k int64) ([]byte, error) {
 		if index == k {
 			return buf, nil
 		}
-		s.out.cache.Put(s.out.key(index), buf)
+		s.cache.Put(index, buf)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -24,11 +25,11 @@ type dequantized struct {
 	blockBytes int64  // bytes of codes per quantization block
 	total      int64  // output bytes
 	blockSize  int64
-	out        *cached
+	cache      blocks.Cache
 }
 
 // newDequantized checks l against the sizes of its components.
-func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, error), blockSize int64) (*dequantized, error) {
+func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*dequantized, error) {
 	switch l.Bits {
 	case 2, 3, 4, 6, 8:
 	default:
@@ -44,7 +45,7 @@ func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, erro
 	if hi != 0 || n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("shape [%d %d] is too large", l.Rows, l.Cols)
 	}
-	d := &dequantized{l: l, total: int64(n) * 4, blockSize: blockSize, blockBytes: int64(32 * l.Bits / 8)}
+	d := &dequantized{l: l, total: int64(n) * 4, blockSize: blockSize, blockBytes: int64(32 * l.Bits / 8), cache: h}
 	d.bpr = (l.Cols + 31) / 32
 	blocks := l.Rows * d.bpr // cannot overflow: at most Rows × Cols
 	need := func(role string, size uint64, what string) (Reader, error) {
@@ -78,13 +79,13 @@ func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, erro
 	return d, nil
 }
 
-func (d *dequantized) size() (int64, error) { return d.total, nil }
+func (d *dequantized) Size() (int64, error) { return d.total, nil }
 
-func (d *dequantized) block(k int64) ([]byte, error) {
+func (d *dequantized) Block(k int64) ([]byte, error) {
 	if k < 0 || k*d.blockSize >= d.total {
 		return nil, fmt.Errorf("dequantized block %d out of range", k)
 	}
-	out := d.out.alloc(min(d.blockSize, d.total-k*d.blockSize))
+	out := d.cache.Alloc(min(d.blockSize, d.total-k*d.blockSize))
 	// blockSize is a multiple of 16, so blocks hold whole float32 values.
 	e0 := uint64(k * d.blockSize / 4)
 	if err := d.fill(out, e0, e0+uint64(len(out)/4)); err != nil {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant/ggml"
 	"github.com/ztfs/ztfs/quant/ggmltype"
@@ -24,14 +25,14 @@ type ggmlDequantized struct {
 	data      Reader
 	total     int64 // output bytes
 	blockSize int64
-	out       *cached
+	cache     blocks.Cache
 }
 
 // ggmlBlocksPerStep bounds the ggml blocks one step of a fill decodes.
 const ggmlBlocksPerStep = 4096
 
 // newGGMLDequantized checks l against t's shape and the size of its data.
-func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) (Reader, error), blockSize int64) (*ggmlDequantized, error) {
+func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*ggmlDequantized, error) {
 	info, err := ggmltype.Lookup(ggmltype.Type(l.Type))
 	if err != nil {
 		return nil, err
@@ -65,16 +66,16 @@ func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) 
 	if uint64(have) != nbytes {
 		return nil, fmt.Errorf("component %q holds %d bytes, %d %s blocks of %d bytes need %d", l.Role, have, n/bs, info.Name, ts, nbytes)
 	}
-	return &ggmlDequantized{typ: ggmltype.Type(l.Type), info: info, data: data, total: int64(n) * 4, blockSize: blockSize}, nil
+	return &ggmlDequantized{typ: ggmltype.Type(l.Type), info: info, data: data, total: int64(n) * 4, blockSize: blockSize, cache: h}, nil
 }
 
-func (g *ggmlDequantized) size() (int64, error) { return g.total, nil }
+func (g *ggmlDequantized) Size() (int64, error) { return g.total, nil }
 
-func (g *ggmlDequantized) block(k int64) ([]byte, error) {
+func (g *ggmlDequantized) Block(k int64) ([]byte, error) {
 	if k < 0 || k*g.blockSize >= g.total {
 		return nil, fmt.Errorf("dequantized block %d out of range", k)
 	}
-	out := g.out.alloc(min(g.blockSize, g.total-k*g.blockSize))
+	out := g.cache.Alloc(min(g.blockSize, g.total-k*g.blockSize))
 	// The block size is a multiple of 4: blocks hold whole float32 values.
 	e0 := k * g.blockSize / 4
 	e1 := e0 + int64(len(out)/4)

@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -25,7 +26,7 @@ import (
 type grouped struct {
 	total     int64 // output bytes
 	blockSize int64
-	out       *cached
+	cache     blocks.Cache
 
 	along, inner, gsize, groups uint64
 
@@ -101,7 +102,7 @@ func (g *grouped) geometry(shape []uint64, gr formats.Grouping) error {
 
 // newGrouped checks a grouped layout against the shape and the component
 // sizes.
-func newGrouped(t *formats.Tensor, readers func(string) (Reader, error), blockSize int64) (*grouped, error) {
+func newGrouped(t *formats.Tensor, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*grouped, error) {
 	n, err := formats.ElementCount(t.Shape)
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func newGrouped(t *formats.Tensor, readers func(string) (Reader, error), blockSi
 	if n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("%d elements are too many", n)
 	}
-	g := &grouped{total: int64(n) * 4, blockSize: blockSize}
+	g := &grouped{total: int64(n) * 4, blockSize: blockSize, cache: h}
 	switch l := t.Logical.(type) {
 	case formats.AffineQuantized:
 		err = g.affine(t.Shape, n, l, readers)
@@ -225,13 +226,13 @@ func (g *grouped) microscaled(shape []uint64, n uint64, l formats.Microscaled, r
 	return nil
 }
 
-func (g *grouped) size() (int64, error) { return g.total, nil }
+func (g *grouped) Size() (int64, error) { return g.total, nil }
 
-func (g *grouped) block(k int64) ([]byte, error) {
+func (g *grouped) Block(k int64) ([]byte, error) {
 	if k < 0 || k*g.blockSize >= g.total {
 		return nil, fmt.Errorf("dequantized block %d out of range", k)
 	}
-	out := g.out.alloc(min(g.blockSize, g.total-k*g.blockSize))
+	out := g.cache.Alloc(min(g.blockSize, g.total-k*g.blockSize))
 	e0 := uint64(k * g.blockSize / 4)
 	m := uint64(len(out) / 4)
 	off, length := g.dataAt(e0, m)

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -22,7 +23,7 @@ type groupDequantized struct {
 	rows, cols uint64 // the 2-D view: rows of RowLength, or the GPTQ [R, C]
 	total      int64  // output bytes
 	blockSize  int64
-	out        *cached
+	cache      blocks.Cache
 
 	codes, scales, zeros, gidx Reader
 	cb                         uint64 // bytes per container
@@ -63,7 +64,7 @@ func intReader(d formats.DType) (func([]byte) float32, uint64, bool) {
 }
 
 // newGroupDequantized checks l against the shape and the component sizes.
-func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers func(string) (Reader, error), blockSize int64) (*groupDequantized, error) {
+func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*groupDequantized, error) {
 	if l.Bits < 1 || l.Bits > 16 {
 		return nil, fmt.Errorf("%d-bit codes are not supported", l.Bits)
 	}
@@ -83,7 +84,7 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 	if n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("%d elements are too many", n)
 	}
-	g := &groupDequantized{l: l, total: int64(n) * 4, blockSize: blockSize, cb: uint64(l.ContainerBits / 8),
+	g := &groupDequantized{l: l, total: int64(n) * 4, blockSize: blockSize, cache: h, cb: uint64(l.ContainerBits / 8),
 		kernel: quant.NewGroupCodes(l.Bits, l.Signed, l.ContainerBits/8, l.PerContainer)}
 	if n == 0 {
 		return g, nil
@@ -197,13 +198,13 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 	return g, nil
 }
 
-func (g *groupDequantized) size() (int64, error) { return g.total, nil }
+func (g *groupDequantized) Size() (int64, error) { return g.total, nil }
 
-func (g *groupDequantized) block(k int64) ([]byte, error) {
+func (g *groupDequantized) Block(k int64) ([]byte, error) {
 	if k < 0 || k*g.blockSize >= g.total {
 		return nil, fmt.Errorf("dequantized block %d out of range", k)
 	}
-	out := g.out.alloc(min(g.blockSize, g.total-k*g.blockSize))
+	out := g.cache.Alloc(min(g.blockSize, g.total-k*g.blockSize))
 	e0 := uint64(k * g.blockSize / 4)
 	e1 := e0 + uint64(len(out)/4)
 	var err error

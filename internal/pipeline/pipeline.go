@@ -18,6 +18,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
@@ -549,40 +550,40 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		return data, nil
 	case formats.SparseCSR, formats.SparseCOO:
 		// Resolve readers now, under p.mu, rather than from block fills.
-		s, err := newSparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity())
+		h := blocks.NewCache(p.opts.Cache)
+		s, err := newSparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity(), h)
 		if err != nil {
 			return nil, err
 		}
-		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
-		return s.out, nil
+		return blocks.NewReader(h, p.opts.BlockSize, s), nil
 	case formats.BlockQuantized:
-		d, err := newDequantized(l, readers, p.opts.BlockSize)
+		h := blocks.NewCache(p.opts.Cache)
+		d, err := newDequantized(l, readers, p.opts.BlockSize, h)
 		if err != nil {
 			return nil, err
 		}
-		d.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, d)
-		return d.out, nil
+		return blocks.NewCheapReader(h, p.opts.BlockSize, d), nil
 	case formats.GroupQuantized:
-		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize)
+		h := blocks.NewCache(p.opts.Cache)
+		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize, h)
 		if err != nil {
 			return nil, err
 		}
-		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
-		return g.out, nil
+		return blocks.NewCheapReader(h, p.opts.BlockSize, g), nil
 	case formats.GGML:
-		g, err := newGGMLDequantized(t, l, readers, p.opts.BlockSize)
+		h := blocks.NewCache(p.opts.Cache)
+		g, err := newGGMLDequantized(t, l, readers, p.opts.BlockSize, h)
 		if err != nil {
 			return nil, err
 		}
-		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
-		return g.out, nil
+		return blocks.NewCheapReader(h, p.opts.BlockSize, g), nil
 	case formats.AffineQuantized, formats.Microscaled:
-		g, err := newGrouped(t, readers, p.opts.BlockSize)
+		h := blocks.NewCache(p.opts.Cache)
+		g, err := newGrouped(t, readers, p.opts.BlockSize, h)
 		if err != nil {
 			return nil, err
 		}
-		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
-		return g.out, nil
+		return blocks.NewCheapReader(h, p.opts.BlockSize, g), nil
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
 }

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -160,13 +161,13 @@ type sparse struct {
 	values    *array
 	widen     *quant.Widener
 	add       adder
-	indptr    *array   // CSR
-	indices   *array   // CSR
-	coords    []*array // COO
-	strides   []uint64 // COO: row-major element strides of shape
-	nnzFrom   Reader   // the component whose size gives nnz
-	maxWindow int64    // bytes one fill may produce at most
-	out       *cached  // the cache front, for the other blocks of a window
+	indptr    *array       // CSR
+	indices   *array       // CSR
+	coords    []*array     // COO
+	strides   []uint64     // COO: row-major element strides of shape
+	nnzFrom   Reader       // the component whose size gives nnz
+	maxWindow int64        // bytes one fill may produce at most
+	cache     blocks.Cache // for the other blocks of a window
 
 	// strict applies zTensor v2's data rules (formats.SparseCSR.Strict).
 	strict bool
@@ -180,8 +181,8 @@ type sparse struct {
 // maxSparseWindow bounds the memory of one fill of a sparse tensor.
 const maxSparseWindow = 64 << 20
 
-func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blockSize, cacheSize int64) (*sparse, error) {
-	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize, maxWindow: min(maxSparseWindow, cacheSize/4)}
+func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blockSize, cacheSize int64, h blocks.Cache) (*sparse, error) {
+	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize, maxWindow: min(maxSparseWindow, cacheSize/4), cache: h}
 	var valuesSpec formats.Array
 	switch l := t.Logical.(type) {
 	case formats.SparseCSR:
@@ -262,7 +263,7 @@ func newArray(spec formats.Array, integer bool, readers func(role string) (Reade
 	return &array{spec: spec, r: r, width: width, nibbles: nibbles}, nil
 }
 
-func (s *sparse) size() (int64, error) { return int64(s.total * s.outBytes), nil }
+func (s *sparse) Size() (int64, error) { return int64(s.total * s.outBytes), nil }
 
 // prepare resolves nnz and validates the index structure once.
 func (s *sparse) prepare() error {
@@ -455,7 +456,7 @@ func (s *sparse) linear(i, n uint64, check bool) ([]uint64, error) {
 // own (unsorted COO, CSR rows longer than a block), a whole window of
 // blocks is filled in one pass and the others go to the cache, so that
 // reading the tensor costs one scan per window instead of one per block.
-func (s *sparse) block(k int64) ([]byte, error) {
+func (s *sparse) Block(k int64) ([]byte, error) {
 	if err := s.prepare(); err != nil {
 		return nil, err
 	}
@@ -486,8 +487,8 @@ func (s *sparse) block(k int64) ([]byte, error) {
 		part := append([]byte(nil), b.out[off:min(len(b.out), off+int(s.blockSize))]...)
 		if j == k {
 			mine = part
-		} else if s.out != nil {
-			s.out.cache.Put(s.out.key(j), part)
+		} else {
+			s.cache.Put(j, part)
 		}
 	}
 	return mine, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
@@ -40,9 +41,9 @@ type zstdStream struct {
 	storedLen int64
 	blockSize int64
 	pool      *decoderPool
-	out       *cached // the cache front of this stream, for Peek and Put
-	max       uint64  // cap on the decoded size while it is unknown
-	declared  int64   // the decoded size the file records, or -1
+	cache     blocks.Cache // the stream's, for Peek and Put
+	max       uint64       // cap on the decoded size while it is unknown
+	declared  int64        // the decoded size the file records, or -1
 	// seekable marks a zt.zstd-seekable/1 stream: it must have a seek
 	// table, which is its index, and is never decoded sequentially.
 	seekable bool
@@ -82,8 +83,8 @@ type zstdState struct {
 	err  error
 }
 
-func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSize int64, pool *decoderPool) *zstdStream {
-	z := &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool, max: max, declared: declared}
+func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSize int64, pool *decoderPool, h blocks.Cache) *zstdStream {
+	z := &zstdStream{stored: stored, storedLen: storedLen, blockSize: blockSize, pool: pool, cache: h, max: max, declared: declared}
 	if declared > 0 {
 		z.state.Store(&zstdState{size: declared})
 	}
@@ -95,7 +96,7 @@ func newZstdStream(stored Reader, storedLen, declared int64, max uint64, blockSi
 
 // size returns the decoded size, decoding the whole stream once if the file
 // does not record it. Blocks decoded on the way go to the cache.
-func (z *zstdStream) size() (int64, error) {
+func (z *zstdStream) Size() (int64, error) {
 	if st := z.state.Load(); st != nil {
 		return st.size, st.err
 	}
@@ -150,7 +151,7 @@ func (z *zstdStream) buildIndex() error {
 	var why, indexErr error
 	if z.seekable {
 		idx, indexErr = zstdframe.NewSeekableIndex(stored, z.storedLen, z.declared)
-	} else if idx, why = zstdframe.NewIndex(stored, z.storedLen, frameLimit(z.blockSize, z.out.cache.Capacity()), z.declared); why == nil {
+	} else if idx, why = zstdframe.NewIndex(stored, z.storedLen, frameLimit(z.blockSize, z.cache.Capacity()), z.declared); why == nil {
 		switch total := idx.Total(); {
 		case z.declared >= 0 && total < z.declared:
 			indexErr = fmt.Errorf("zstd stream ends after %d bytes, expected %d (frame headers)", total, z.declared)
@@ -193,7 +194,7 @@ func (z *zstdStream) measure() (int64, error) {
 			return 0, fmt.Errorf("zstd stream decodes to more than %d bytes, the limit for this component", z.max)
 		}
 		if len(data) > 0 {
-			z.out.cache.Put(z.out.key(index), data)
+			z.cache.Put(index, data)
 			z.decoded(index)
 		}
 		if int64(len(data)) < z.blockSize {
@@ -211,7 +212,7 @@ func (z *zstdStream) fail(err error) error {
 	if f := z.framed.Load(); f != nil {
 		f.dropHeld()
 	}
-	z.out.cache.Drop(z.out.stream)
+	z.cache.Drop()
 	return err
 }
 
@@ -227,7 +228,7 @@ func (z *zstdStream) failKept(err error) error {
 
 // block decodes block k: from its frames in a multi-frame stream, else by
 // advancing this stream's decoder to it.
-func (z *zstdStream) block(k int64) ([]byte, error) {
+func (z *zstdStream) Block(k int64) ([]byte, error) {
 	if st := z.state.Load(); st != nil && st.err == nil {
 		f, err := z.index()
 		if err != nil {
@@ -252,12 +253,12 @@ func (z *zstdStream) block(k int64) ([]byte, error) {
 // decode-ahead stops or will not reach k: the caller then decodes k.
 func (z *zstdStream) awaitAhead(k int64) ([]byte, bool) {
 	for {
-		if b, ok := z.out.cache.Peek(z.out.key(k)); ok {
+		if b, ok := z.cache.Peek(k); ok {
 			return b, true
 		}
 		ch := z.waitFor(k)
 		// Decoded between the look above and waitFor: no one closes ch.
-		if b, ok := z.out.cache.Peek(z.out.key(k)); ok {
+		if b, ok := z.cache.Peek(k); ok {
 			return b, true
 		}
 		if !z.aheadRunning.Load() || z.aheadTo.Load() < k || z.aheadNext.Load() > k {
@@ -318,7 +319,7 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 		return nil, st.err
 	}
 	// Another caller may have decoded past k while this one waited.
-	if b, ok := z.out.cache.Peek(z.out.key(k)); ok {
+	if b, ok := z.cache.Peek(k); ok {
 		return b, nil
 	}
 	last := (st.size - 1) / z.blockSize
@@ -358,7 +359,7 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 				return nil, z.failKept(err)
 			}
 		}
-		z.out.cache.Put(z.out.key(index), data)
+		z.cache.Put(index, data)
 		z.decoded(index)
 		if index == k {
 			return data, nil
@@ -370,7 +371,7 @@ func (z *zstdStream) blockLocked(k int64, restart bool) ([]byte, error) {
 // its frames' size for a multi-frame stream of small frames (frameBlockSize),
 // else the pipeline's. Indexing happens here at the latest, before any
 // block is cached.
-func (z *zstdStream) blockSizeOf() int64 {
+func (z *zstdStream) BlockSize() int64 {
 	if f, err := z.index(); err == nil && f != nil {
 		return f.bs
 	}
@@ -383,7 +384,7 @@ func (z *zstdStream) blockSizeOf() int64 {
 // reader. Zero when the cache is too small to hold them without evicting
 // what readers use.
 func (z *zstdStream) sequentialAhead() int64 {
-	return min(zstdSequentialAhead, HeldBudget(z.out.cache.Capacity())/z.blockSize)
+	return min(zstdSequentialAhead, HeldBudget(z.cache.Capacity())/z.blockSize)
 }
 
 // zstdSequentialAhead bounds the decode-ahead of streams that are decoded
@@ -394,7 +395,7 @@ const zstdSequentialAhead = 4
 // the blocks after it up to k+sequentialAhead are being decoded, unless it
 // is indexed (multi-frame streams decode ahead on their own) or its
 // decoder is not positioned at or before them.
-func (z *zstdStream) reading(k int64) {
+func (z *zstdStream) Reading(k int64) {
 	ahead := z.sequentialAhead()
 	if ahead <= 0 || z.framed.Load() != nil {
 		return
@@ -406,7 +407,7 @@ func (z *zstdStream) reading(k int64) {
 	// The reader, on the other core, faults in the memory the decoder
 	// fills next: new pages would otherwise be zeroed by the kernel in the
 	// decoder's copy, which took a quarter of its time.
-	z.pool.fillSpares(z.out, z.blockSize)
+	z.pool.fillSpares(z.cache, z.blockSize)
 	z.aheadUpTo(k + ahead)
 }
 
@@ -479,7 +480,7 @@ func (z *zstdStream) nextAhead() (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if _, cached := z.out.cache.Peek(z.out.key(k)); cached {
+	if _, cached := z.cache.Peek(k); cached {
 		// Decoded before and still cached: the reader does not need the
 		// decoder here, and decoding it again would not move it on.
 		return 0, false
@@ -512,7 +513,7 @@ func (z *zstdStream) next(c *cursor) ([]byte, error) {
 	}
 	buf := z.pool.takeSpare(z.blockSize)
 	if buf == nil {
-		buf = z.out.alloc(z.blockSize)
+		buf = z.cache.Alloc(z.blockSize)
 	}
 	n, err := readUntilEnd(c.dec, buf)
 	if err != nil {
@@ -628,7 +629,7 @@ func (p *decoderPool) takeSpare(n int64) []byte {
 // fillSpares allocates blocks of n bytes from out's cache, up to
 // maxSpares, and touches every page of each, so that the kernel zeroes
 // them here, in the caller, rather than in the decoder that fills them.
-func (p *decoderPool) fillSpares(out *cached, n int64) {
+func (p *decoderPool) fillSpares(h blocks.Cache, n int64) {
 	p.mu.Lock()
 	if p.spareSize != n {
 		p.spares, p.spareSize = nil, n
@@ -636,7 +637,7 @@ func (p *decoderPool) fillSpares(out *cached, n int64) {
 	want := maxSpares - len(p.spares)
 	p.mu.Unlock()
 	for ; want > 0; want-- {
-		b := out.alloc(n)
+		b := h.Alloc(n)
 		for i := 0; i < len(b); i += pageSize {
 			b[i] = 0
 		}
@@ -780,7 +781,7 @@ func (p *decoderPool) hold(j *groupJob) []*groupJob {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.budget == 0 {
-		p.budget = HeldBudget(j.owner.z.out.cache.Capacity())
+		p.budget = HeldBudget(j.owner.z.cache.Capacity())
 	}
 	j.el = p.held.PushBack(j)
 	p.heldLen += j.held

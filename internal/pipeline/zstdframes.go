@@ -97,7 +97,7 @@ func newFramedStream(z *zstdStream, idx *zstdframe.Index) *framedStream {
 	// As many bytes ahead as zstdDecodeAhead groups of the pipeline's
 	// block size, whatever the size of this stream's groups.
 	ahead := max(int64(zstdDecodeAhead), int64(zstdDecodeAhead)*z.blockSize/(f.group*f.bs))
-	if ahead*f.group*f.bs <= HeldBudget(z.out.cache.Capacity()) {
+	if ahead*f.group*f.bs <= HeldBudget(z.cache.Capacity()) {
 		f.ahead = int(ahead)
 	}
 	return f
@@ -150,7 +150,7 @@ func (f *framedStream) block(k int64) ([]byte, error) {
 	g := k / f.group
 	f.mu.Lock()
 	// A decode ahead may have put the block in the cache meanwhile.
-	if b, ok := f.z.out.cache.Peek(f.z.out.key(k)); ok {
+	if b, ok := f.z.cache.Peek(k); ok {
 		f.mu.Unlock()
 		return b, nil
 	}
@@ -194,7 +194,7 @@ func (f *framedStream) startAheadLocked(g int64) {
 	if g >= f.groups || f.jobs[g] != nil {
 		return
 	}
-	if _, ok := f.z.out.cache.Peek(f.z.out.key(g * f.group)); ok {
+	if _, ok := f.z.cache.Peek(g * f.group); ok {
 		return
 	}
 	if !f.z.pool.enterAhead() {
@@ -310,7 +310,7 @@ func (f *framedStream) dropHeld() {
 
 func (f *framedStream) put(j *groupJob) {
 	for i, b := range j.blocks {
-		f.z.out.cache.Put(f.z.out.key(j.g*f.group+int64(i)), b)
+		f.z.cache.Put(j.g*f.group+int64(i), b)
 	}
 }
 
@@ -337,7 +337,7 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	}
 	var out []byte
 	if k1-k0 == 1 {
-		out = f.z.out.alloc(end - start + decodeSlack)[:end-start] // the block itself
+		out = f.z.cache.Alloc(end - start + decodeSlack)[:end-start] // the block itself
 	} else {
 		out = getBuffer(end - start + decodeSlack)[:end-start]
 		defer putBuffer(out)
@@ -376,7 +376,7 @@ func (f *framedStream) decodeGroup(g int64) ([][]byte, error) {
 	blocks := make([][]byte, k1-k0)
 	for b := range blocks {
 		from := int64(b) * f.bs
-		blocks[b] = f.z.out.alloc(min(f.bs, int64(len(out))-from))
+		blocks[b] = f.z.cache.Alloc(min(f.bs, int64(len(out))-from))
 		copy(blocks[b], out[from:])
 	}
 	return blocks, nil

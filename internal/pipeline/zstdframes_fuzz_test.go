@@ -8,6 +8,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 )
 
 // FuzzZstdFrames reads arbitrary bytes as a zstd stream, with and without a
@@ -58,9 +59,9 @@ func FuzzZstdFrames(f *testing.F) {
 		}
 		// The zstd stage alone, over the bytes in memory, of at most 64 KiB
 		// (more fails).
-		z := newZstdStream(Bytes(stored), int64(len(stored)), declared, 64<<10, blockSize, pool)
-		z.out = newCached(cache.New(capacity), blockSize, z)
-		got, err := readAll(t, z.out, 50)
+		h := blocks.NewCache(cache.New(capacity))
+		z := newZstdStream(Bytes(stored), int64(len(stored)), declared, 64<<10, blockSize, pool, h)
+		got, err := readAll(t, blocks.NewReader(h, blockSize, z), 50)
 		if z.framed.Load() == nil {
 			t.Fatalf("indexed once, not the second time: %v", z.unindexed)
 		}

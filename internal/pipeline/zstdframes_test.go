@@ -20,6 +20,7 @@ import (
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/source"
 )
 
@@ -32,13 +33,13 @@ func zstdOf(t testing.TB, r Reader) *zstdStream {
 	if v, ok := r.(*verified); ok {
 		r = v.inner
 	}
-	c, ok := r.(*cached)
+	c, ok := r.(*blocks.Reader)
 	if !ok {
 		t.Fatalf("reader %T is not a cached stream", r)
 	}
-	z, ok := c.src.(*zstdStream)
+	z, ok := c.Source().(*zstdStream)
 	if !ok {
-		t.Fatalf("source %T is not a zstd stream", c.src)
+		t.Fatalf("source %T is not a zstd stream", c.Source())
 	}
 	return z
 }
@@ -195,7 +196,7 @@ func TestZstdFramesDecodeOnlyWhatIsRead(t *testing.T) {
 			rng := rand.New(rand.NewSource(1))
 			buf := make([]byte, 4096)
 			group := int64(max(1, tc.frameSize/4096))
-			z.blockSizeOf() // index the stream
+			z.BlockSize() // index the stream
 			near := z.framed.Load().near()
 			seen := map[int64]bool{}
 			reads, last := int64(0), int64(-1)
@@ -631,7 +632,7 @@ func TestZstdFramesSmallerThanBlocks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			stored := zstdFrames(t, data, tc.frameSize, frameOpts{seekTable: true})
 			_, r, z := framedComponent(t, stored, int64(len(data)), Options{BlockSize: block})
-			if got := z.blockSizeOf(); got != tc.wantBS {
+			if got := z.BlockSize(); got != tc.wantBS {
 				t.Fatalf("block size %d, want %d", got, tc.wantBS)
 			}
 			// Reads from the end backwards, three blocks apart: never a
