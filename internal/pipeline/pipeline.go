@@ -19,6 +19,7 @@ import (
 	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/npy"
 	"github.com/ztfs/ztfs/internal/pipeline/blocks"
+	"github.com/ztfs/ztfs/internal/pipeline/dense"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
@@ -550,42 +551,42 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		return data, nil
 	case formats.SparseCSR, formats.SparseCOO:
 		// Resolve readers now, under p.mu, rather than from block fills.
-		h := blocks.NewCache(p.opts.Cache)
-		s, err := newSparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity(), h)
-		if err != nil {
-			return nil, err
-		}
-		return blocks.NewReader(h, p.opts.BlockSize, s), nil
+		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.Sparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity(), h)
+		})
 	case formats.BlockQuantized:
-		h := blocks.NewCache(p.opts.Cache)
-		d, err := newDequantized(l, readers, p.opts.BlockSize, h)
-		if err != nil {
-			return nil, err
-		}
-		return blocks.NewCheapReader(h, p.opts.BlockSize, d), nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.BlockQuantized(l, readers, p.opts.BlockSize, h)
+		})
 	case formats.GroupQuantized:
-		h := blocks.NewCache(p.opts.Cache)
-		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize, h)
-		if err != nil {
-			return nil, err
-		}
-		return blocks.NewCheapReader(h, p.opts.BlockSize, g), nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.GroupQuantized(t, l, readers, p.opts.BlockSize, h)
+		})
 	case formats.GGML:
-		h := blocks.NewCache(p.opts.Cache)
-		g, err := newGGMLDequantized(t, l, readers, p.opts.BlockSize, h)
-		if err != nil {
-			return nil, err
-		}
-		return blocks.NewCheapReader(h, p.opts.BlockSize, g), nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.GGML(t, l, readers, p.opts.BlockSize, h)
+		})
 	case formats.AffineQuantized, formats.Microscaled:
-		h := blocks.NewCache(p.opts.Cache)
-		g, err := newGrouped(t, readers, p.opts.BlockSize, h)
-		if err != nil {
-			return nil, err
-		}
-		return blocks.NewCheapReader(h, p.opts.BlockSize, g), nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.Grouped(t, readers, p.opts.BlockSize, h)
+		})
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
+}
+
+// blocksOf serves, through the block cache, the blocks of the source
+// newSource makes over a stream of its own; cheap says they are cheap to
+// make again (blocks.NewCheapReader).
+func (p *Pipeline) blocksOf(cheap bool, newSource func(h blocks.Cache) (blocks.Source, error)) (Reader, error) {
+	h := blocks.NewCache(p.opts.Cache)
+	src, err := newSource(h)
+	if err != nil {
+		return nil, err
+	}
+	if cheap {
+		return blocks.NewCheapReader(h, p.opts.BlockSize, src), nil
+	}
+	return blocks.NewReader(h, p.opts.BlockSize, src), nil
 }
 
 // File returns the bytes of an extra root file.

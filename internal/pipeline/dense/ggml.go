@@ -1,4 +1,4 @@
-package pipeline
+package dense
 
 import (
 	"encoding/binary"
@@ -20,19 +20,18 @@ import (
 // axis and rows are whole blocks), so element k is in block k/BlockSize and
 // any range of the output needs only the contiguous blocks it covers.
 type ggmlDequantized struct {
-	typ       ggmltype.Type
-	info      ggmltype.Info
-	data      Reader
-	total     int64 // output bytes
-	blockSize int64
-	cache     blocks.Cache
+	floatBlocks
+	typ  ggmltype.Type
+	info ggmltype.Info
+	data stream.Reader
 }
 
 // ggmlBlocksPerStep bounds the ggml blocks one step of a fill decodes.
 const ggmlBlocksPerStep = 4096
 
-// newGGMLDequantized checks l against t's shape and the size of its data.
-func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*ggmlDequantized, error) {
+// GGML returns the source of the float32 values of a tensor stored as ggml
+// blocks (formats.GGML), checked against its shape and the size of its data.
+func GGML(t *formats.Tensor, l formats.GGML, readers Components, blockSize int64, h blocks.Cache) (blocks.Source, error) {
 	info, err := ggmltype.Lookup(ggmltype.Type(l.Type))
 	if err != nil {
 		return nil, err
@@ -66,19 +65,15 @@ func newGGMLDequantized(t *formats.Tensor, l formats.GGML, readers func(string) 
 	if uint64(have) != nbytes {
 		return nil, fmt.Errorf("component %q holds %d bytes, %d %s blocks of %d bytes need %d", l.Role, have, n/bs, info.Name, ts, nbytes)
 	}
-	return &ggmlDequantized{typ: ggmltype.Type(l.Type), info: info, data: data, total: int64(n) * 4, blockSize: blockSize, cache: h}, nil
+	g := &ggmlDequantized{typ: ggmltype.Type(l.Type), info: info, data: data}
+	g.floatBlocks = floatBlocks{total: int64(n) * 4, blockSize: blockSize, cache: h, values: g.fill}
+	return g, nil
 }
 
-func (g *ggmlDequantized) Size() (int64, error) { return g.total, nil }
-
-func (g *ggmlDequantized) Block(k int64) ([]byte, error) {
-	if k < 0 || k*g.blockSize >= g.total {
-		return nil, fmt.Errorf("dequantized block %d out of range", k)
-	}
-	out := g.cache.Alloc(min(g.blockSize, g.total-k*g.blockSize))
-	// The block size is a multiple of 4: blocks hold whole float32 values.
-	e0 := k * g.blockSize / 4
-	e1 := e0 + int64(len(out)/4)
+// fill writes elements [first, last) of the tensor to out, a bounded number
+// of ggml blocks at a time.
+func (g *ggmlDequantized) fill(out []byte, first, last uint64) error {
+	e0, e1 := int64(first), int64(last)
 	bs := int64(g.info.BlockSize)
 	var scratch []float32
 	var raw []byte
@@ -93,13 +88,13 @@ func (g *ggmlDequantized) Block(k int64) ([]byte, error) {
 		}
 		src := raw[:nb*int64(g.info.TypeSize)]
 		if err := stream.ReadFull(g.data, src, b0*int64(g.info.TypeSize)); err != nil {
-			return nil, fmt.Errorf("ggml blocks: %w", err)
+			return fmt.Errorf("ggml blocks: %w", err)
 		}
 		first := b0 * bs
 		if direct := floatsOf(out[4*(a-e0) : 4*(end-e0)]); a == first && end == b1*bs && direct != nil {
 			// Whole blocks: dequantized in place, saving a pass.
 			if err := ggml.Dequantize(g.typ, direct, src); err != nil {
-				return nil, err
+				return err
 			}
 			a = end
 			continue
@@ -109,14 +104,14 @@ func (g *ggmlDequantized) Block(k int64) ([]byte, error) {
 		}
 		vals := scratch[:nb*bs]
 		if err := ggml.Dequantize(g.typ, vals, src); err != nil {
-			return nil, err
+			return err
 		}
 		for i, v := range vals[a-first : end-first] {
 			binary.LittleEndian.PutUint32(out[4*(a-e0+int64(i)):], math.Float32bits(v))
 		}
 		a = end
 	}
-	return out, nil
+	return nil
 }
 
 // floatsOf returns b as the float32 values it holds little-endian, sharing

@@ -1,4 +1,4 @@
-package pipeline
+package dense
 
 import (
 	"encoding/binary"
@@ -19,13 +19,11 @@ const maxGroupTables = 1 << 30
 // groupDequantized produces the float32 elements of a group-quantized
 // tensor (formats.GroupQuantized), block by block of output.
 type groupDequantized struct {
+	floatBlocks
 	l          formats.GroupQuantized
 	rows, cols uint64 // the 2-D view: rows of RowLength, or the GPTQ [R, C]
-	total      int64  // output bytes
-	blockSize  int64
-	cache      blocks.Cache
 
-	codes, scales, zeros, gidx Reader
+	codes, scales, zeros, gidx stream.Reader
 	cb                         uint64 // bytes per container
 	cpr                        uint64 // code containers per row (row layout)
 	gpr                        uint64 // groups per row (row layout)
@@ -63,8 +61,10 @@ func intReader(d formats.DType) (func([]byte) float32, uint64, bool) {
 	return nil, 0, false
 }
 
-// newGroupDequantized checks l against the shape and the component sizes.
-func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*groupDequantized, error) {
+// GroupQuantized returns the source of the float32 values of a tensor of
+// group codes (formats.GroupQuantized: GPTQ and AWQ layouts), checked
+// against its shape and the sizes of its components.
+func GroupQuantized(t *formats.Tensor, l formats.GroupQuantized, readers Components, blockSize int64, h blocks.Cache) (blocks.Source, error) {
 	if l.Bits < 1 || l.Bits > 16 {
 		return nil, fmt.Errorf("%d-bit codes are not supported", l.Bits)
 	}
@@ -84,8 +84,9 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 	if n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("%d elements are too many", n)
 	}
-	g := &groupDequantized{l: l, total: int64(n) * 4, blockSize: blockSize, cache: h, cb: uint64(l.ContainerBits / 8),
+	g := &groupDequantized{l: l, cb: uint64(l.ContainerBits / 8),
 		kernel: quant.NewGroupCodes(l.Bits, l.Signed, l.ContainerBits/8, l.PerContainer)}
+	g.floatBlocks = floatBlocks{total: int64(n) * 4, blockSize: blockSize, cache: h, values: g.fill}
 	if n == 0 {
 		return g, nil
 	}
@@ -104,7 +105,7 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 			return nil, fmt.Errorf("zero points of dtype %s are not supported", l.ZeroDType)
 		}
 	}
-	need := func(role string, size uint64, overflow bool, what string) (Reader, error) {
+	need := func(role string, size uint64, overflow bool, what string) (stream.Reader, error) {
 		if overflow {
 			return nil, fmt.Errorf("%s overflow", what)
 		}
@@ -198,25 +199,12 @@ func newGroupDequantized(t *formats.Tensor, l formats.GroupQuantized, readers fu
 	return g, nil
 }
 
-func (g *groupDequantized) Size() (int64, error) { return g.total, nil }
-
-func (g *groupDequantized) Block(k int64) ([]byte, error) {
-	if k < 0 || k*g.blockSize >= g.total {
-		return nil, fmt.Errorf("dequantized block %d out of range", k)
-	}
-	out := g.cache.Alloc(min(g.blockSize, g.total-k*g.blockSize))
-	e0 := uint64(k * g.blockSize / 4)
-	e1 := e0 + uint64(len(out)/4)
-	var err error
+// fill writes elements [e0, e1) of the tensor to out.
+func (g *groupDequantized) fill(out []byte, e0, e1 uint64) error {
 	if g.l.PackedAlongRows {
-		err = g.fillGPTQ(out, e0, e1)
-	} else {
-		err = g.fillRows(out, e0, e1)
+		return g.fillGPTQ(out, e0, e1)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return g.fillRows(out, e0, e1)
 }
 
 // fillRows writes elements [e0, e1) of a row-layout tensor.
@@ -262,7 +250,7 @@ func (g *groupDequantized) fillRows(out []byte, e0, e1 uint64) error {
 }
 
 // readFloats reads count scales or zero points of width w from index first.
-func (g *groupDequantized) readFloats(r Reader, first, count, w uint64, integer bool, d formats.DType) ([]float32, error) {
+func (g *groupDequantized) readFloats(r stream.Reader, first, count, w uint64, integer bool, d formats.DType) ([]float32, error) {
 	raw := make([]byte, count*w)
 	if err := stream.ReadFull(r, raw, int64(first*w)); err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package pipeline
+package dense
 
 import (
 	"encoding/binary"
@@ -17,19 +17,19 @@ import (
 // and codes of the quantization blocks it covers, which are contiguous in
 // their components because blocks are numbered row by row.
 type dequantized struct {
+	floatBlocks
 	l          formats.BlockQuantized
-	scales     Reader // per block (no super-blocks) or per super-block, f16
-	subScales  Reader // per block, 6 bits in a byte; nil without super-blocks
-	codes      Reader
+	scales     stream.Reader // per block (no super-blocks) or per super-block, f16
+	subScales  stream.Reader // per block, 6 bits in a byte; nil without super-blocks
+	codes      stream.Reader
 	bpr, spr   uint64 // blocks and super-blocks per row
 	blockBytes int64  // bytes of codes per quantization block
-	total      int64  // output bytes
-	blockSize  int64
-	cache      blocks.Cache
 }
 
-// newDequantized checks l against the sizes of its components.
-func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*dequantized, error) {
+// BlockQuantized returns the source of the float32 values of a tensor
+// quantized in blocks of 32 (formats.BlockQuantized), checked against the
+// sizes of its components.
+func BlockQuantized(l formats.BlockQuantized, readers Components, blockSize int64, h blocks.Cache) (blocks.Source, error) {
 	switch l.Bits {
 	case 2, 3, 4, 6, 8:
 	default:
@@ -45,10 +45,11 @@ func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, erro
 	if hi != 0 || n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("shape [%d %d] is too large", l.Rows, l.Cols)
 	}
-	d := &dequantized{l: l, total: int64(n) * 4, blockSize: blockSize, blockBytes: int64(32 * l.Bits / 8), cache: h}
+	d := &dequantized{l: l, blockBytes: int64(32 * l.Bits / 8)}
+	d.floatBlocks = floatBlocks{total: int64(n) * 4, blockSize: blockSize, cache: h, values: d.fill}
 	d.bpr = (l.Cols + 31) / 32
 	blocks := l.Rows * d.bpr // cannot overflow: at most Rows × Cols
-	need := func(role string, size uint64, what string) (Reader, error) {
+	need := func(role string, size uint64, what string) (stream.Reader, error) {
 		return sizedComponent(readers, role, size, what)
 	}
 	var err error
@@ -77,21 +78,6 @@ func newDequantized(l formats.BlockQuantized, readers func(string) (Reader, erro
 		return nil, err
 	}
 	return d, nil
-}
-
-func (d *dequantized) Size() (int64, error) { return d.total, nil }
-
-func (d *dequantized) Block(k int64) ([]byte, error) {
-	if k < 0 || k*d.blockSize >= d.total {
-		return nil, fmt.Errorf("dequantized block %d out of range", k)
-	}
-	out := d.cache.Alloc(min(d.blockSize, d.total-k*d.blockSize))
-	// blockSize is a multiple of 16, so blocks hold whole float32 values.
-	e0 := uint64(k * d.blockSize / 4)
-	if err := d.fill(out, e0, e0+uint64(len(out)/4)); err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // maxBlocksPerStep bounds the quantization blocks one step of fill decodes:
@@ -170,21 +156,4 @@ func (d *dequantized) fillStep(out []byte, e0, e1 uint64) error {
 		copy(out[4*(lo-e0):4*(hi-e0)], values[128*i+4*(lo-first):128*i+4*(hi-first)])
 	}
 	return nil
-}
-
-// sizedComponent returns the reader of component role, which must hold at
-// least size bytes: what those bytes are for, to say so when it does not.
-func sizedComponent(readers func(string) (Reader, error), role string, size uint64, what string) (Reader, error) {
-	r, err := readers(role)
-	if err != nil {
-		return nil, err
-	}
-	have, err := r.Size()
-	if err != nil {
-		return nil, err
-	}
-	if uint64(have) < size {
-		return nil, fmt.Errorf("component %q holds %d bytes, %s need %d", role, have, what, size)
-	}
-	return r, nil
 }

@@ -1,4 +1,4 @@
-package pipeline
+package dense
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ type array struct {
 	spec formats.Array
 	// nibbles marks 4-bit elements packed two to a byte (width 0).
 	nibbles bool
-	r       Reader
+	r       stream.Reader
 	width   uint64
 	base    uint64 // byte offset of element 0, fixed once nnz is known
 	count   uint64
@@ -161,13 +161,13 @@ type sparse struct {
 	values    *array
 	widen     *quant.Widener
 	add       adder
-	indptr    *array       // CSR
-	indices   *array       // CSR
-	coords    []*array     // COO
-	strides   []uint64     // COO: row-major element strides of shape
-	nnzFrom   Reader       // the component whose size gives nnz
-	maxWindow int64        // bytes one fill may produce at most
-	cache     blocks.Cache // for the other blocks of a window
+	indptr    *array        // CSR
+	indices   *array        // CSR
+	coords    []*array      // COO
+	strides   []uint64      // COO: row-major element strides of shape
+	nnzFrom   stream.Reader // the component whose size gives nnz
+	maxWindow int64         // bytes one fill may produce at most
+	cache     blocks.Cache  // for the other blocks of a window
 
 	// strict applies zTensor v2's data rules (formats.SparseCSR.Strict).
 	strict bool
@@ -181,7 +181,11 @@ type sparse struct {
 // maxSparseWindow bounds the memory of one fill of a sparse tensor.
 const maxSparseWindow = 64 << 20
 
-func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blockSize, cacheSize int64, h blocks.Cache) (*sparse, error) {
+// Sparse returns the source of the dense values of t, a SparseCSR or
+// SparseCOO tensor, in blocks of blockSize bytes; a read whose entries lie
+// far apart fills a window of blocks, at most a quarter of cacheSize, in one
+// pass and puts the others in h.
+func Sparse(t *formats.Tensor, readers Components, blockSize, cacheSize int64, h blocks.Cache) (blocks.Source, error) {
 	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize, maxWindow: min(maxSparseWindow, cacheSize/4), cache: h}
 	var valuesSpec formats.Array
 	switch l := t.Logical.(type) {
@@ -243,7 +247,7 @@ func newSparse(t *formats.Tensor, readers func(role string) (Reader, error), blo
 	return s, nil
 }
 
-func newArray(spec formats.Array, integer bool, readers func(role string) (Reader, error)) (*array, error) {
+func newArray(spec formats.Array, integer bool, readers Components) (*array, error) {
 	info, ok := spec.DType.Info()
 	nibbles := ok && !integer && info.Bits == 4 && spec.Stride == 0 && spec.Offset == (formats.Affine{})
 	if !ok || info.Bits%8 != 0 && !nibbles {
@@ -527,7 +531,7 @@ func (b *denseBlock) put(i uint64, lin []uint64) error {
 		return err
 	}
 	if s.strict && s.values.spec.DType == formats.Bool {
-		if err := checkBools(raw, int64(i)); err != nil {
+		if err := CheckBools(raw, int64(i)); err != nil {
 			return fmt.Errorf("stored value: %w", err)
 		}
 	}

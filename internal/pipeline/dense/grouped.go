@@ -1,4 +1,4 @@
-package pipeline
+package dense
 
 import (
 	"fmt"
@@ -24,13 +24,11 @@ import (
 // block; otherwise a run of consecutive elements has one value each, read
 // as a slice.
 type grouped struct {
-	total     int64 // output bytes
-	blockSize int64
-	cache     blocks.Cache
+	floatBlocks
 
 	along, inner, gsize, groups uint64
 
-	data    Reader
+	data    stream.Reader
 	codes   func(dst []float32, raw []byte, first uint64)
 	dataAt  func(first, n uint64) (off, length uint64) // bytes holding elements [first, first+n)
 	scales  param
@@ -42,7 +40,7 @@ type grouped struct {
 // param reads per-group values: widths and conversions of one component,
 // or codes packed like the tensor's.
 type param struct {
-	r      Reader
+	r      stream.Reader
 	width  uint64
 	read   func([]byte) float32
 	packed *quant.Packing // zero points packed like the codes
@@ -100,9 +98,11 @@ func (g *grouped) geometry(shape []uint64, gr formats.Grouping) error {
 	return nil
 }
 
-// newGrouped checks a grouped layout against the shape and the component
-// sizes.
-func newGrouped(t *formats.Tensor, readers func(string) (Reader, error), blockSize int64, h blocks.Cache) (*grouped, error) {
+// Grouped returns the source of the float32 values of a tensor whose
+// groups share values along one axis (formats.AffineQuantized,
+// formats.Microscaled), checked against its shape and the sizes of its
+// components.
+func Grouped(t *formats.Tensor, readers Components, blockSize int64, h blocks.Cache) (blocks.Source, error) {
 	n, err := formats.ElementCount(t.Shape)
 	if err != nil {
 		return nil, err
@@ -110,7 +110,8 @@ func newGrouped(t *formats.Tensor, readers func(string) (Reader, error), blockSi
 	if n > math.MaxInt64/4 {
 		return nil, fmt.Errorf("%d elements are too many", n)
 	}
-	g := &grouped{total: int64(n) * 4, blockSize: blockSize, cache: h}
+	g := &grouped{}
+	g.floatBlocks = floatBlocks{total: int64(n) * 4, blockSize: blockSize, cache: h, values: g.fill}
 	switch l := t.Logical.(type) {
 	case formats.AffineQuantized:
 		err = g.affine(t.Shape, n, l, readers)
@@ -134,7 +135,7 @@ func (g *grouped) perGroup(n uint64) uint64 {
 	return n / g.along * g.groups
 }
 
-func (g *grouped) affine(shape []uint64, n uint64, l formats.AffineQuantized, readers func(string) (Reader, error)) error {
+func (g *grouped) affine(shape []uint64, n uint64, l formats.AffineQuantized, readers Components) error {
 	if err := g.geometry(shape, l.Grouping); err != nil {
 		return err
 	}
@@ -195,7 +196,7 @@ func (g *grouped) affine(shape []uint64, n uint64, l formats.AffineQuantized, re
 	return nil
 }
 
-func (g *grouped) microscaled(shape []uint64, n uint64, l formats.Microscaled, readers func(string) (Reader, error)) error {
+func (g *grouped) microscaled(shape []uint64, n uint64, l formats.Microscaled, readers Components) error {
 	if err := g.geometry(shape, l.Grouping); err != nil {
 		return err
 	}
@@ -226,32 +227,20 @@ func (g *grouped) microscaled(shape []uint64, n uint64, l formats.Microscaled, r
 	return nil
 }
 
-func (g *grouped) Size() (int64, error) { return g.total, nil }
-
-func (g *grouped) Block(k int64) ([]byte, error) {
-	if k < 0 || k*g.blockSize >= g.total {
-		return nil, fmt.Errorf("dequantized block %d out of range", k)
-	}
-	out := g.cache.Alloc(min(g.blockSize, g.total-k*g.blockSize))
-	e0 := uint64(k * g.blockSize / 4)
-	m := uint64(len(out) / 4)
+// fill writes elements [e0, e1) of the tensor to out.
+func (g *grouped) fill(out []byte, e0, e1 uint64) error {
+	m := e1 - e0
 	off, length := g.dataAt(e0, m)
 	raw := make([]byte, length)
 	if err := stream.ReadFull(g.data, raw, int64(off)); err != nil {
-		return nil, fmt.Errorf("part %q: %w", "data", err)
+		return fmt.Errorf("part %q: %w", "data", err)
 	}
 	x := make([]float32, m)
 	g.codes(x, raw, e0)
-	var err error
 	if g.inner == 1 {
-		err = g.fillRuns(out, x, e0)
-	} else {
-		err = g.fillSlices(out, x, e0)
+		return g.fillRuns(out, x, e0)
 	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return g.fillSlices(out, x, e0)
 }
 
 // at returns the index of element e's group values.

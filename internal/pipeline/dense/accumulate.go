@@ -1,4 +1,4 @@
-package pipeline
+package dense
 
 import (
 	"encoding/binary"
