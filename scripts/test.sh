@@ -34,7 +34,7 @@ export ZTFS_REQUIRE_ALL=1
 go test -count=1 ./...
 
 section go test -race
-go test -count=1 -race -short ./cache ./internal/source ./internal/pipeline ./internal/fusefs
+go test -count=1 -race -short ./cache ./internal/source ./internal/pipeline/... ./internal/fusefs
 
 section fuzz
 # run_fuzz runs one target and prints its whole log when it fails. A run that

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
+	"github.com/ztfs/ztfs/internal/pipeline/zstdstream"
 	"github.com/ztfs/ztfs/internal/source"
 )
 
@@ -24,3 +25,8 @@ func ReadSlices(r Reader, off, n int64, buf []byte) (slices [][]byte, release fu
 // AsWholeFile returns the source r is exactly, when it says so
 // (stream.AsWholeFile).
 func AsWholeFile(r Reader) (source.Source, bool) { return stream.AsWholeFile(r) }
+
+// HeldBudget bounds the decoded bytes all streams of a pipeline with a
+// cache of this capacity hold ahead of their readers, outside the cache:
+// memory a server must allow for besides the cache (zstdstream.HeldBudget).
+func HeldBudget(capacity int64) int64 { return zstdstream.HeldBudget(capacity) }

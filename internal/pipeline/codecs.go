@@ -10,6 +10,7 @@ import (
 	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/sequential"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
+	"github.com/ztfs/ztfs/internal/pipeline/zstdstream"
 )
 
 // maxWholeInput bounds the stored bytes of a run-length or Roaring coded
@@ -42,7 +43,7 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 				return nil, err
 			}
 			if cr, ok := r.(*blocks.Reader); ok {
-				if z, ok := cr.Source().(*zstdStream); ok && z.seekable {
+				if z, ok := cr.Source().(*zstdstream.Stream); ok && k.Method == "zstd-seekable" {
 					p.seekables[c] = z // for CheckSeekTables
 				}
 			}
@@ -83,10 +84,9 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, size int64, max uint64) (Reader, error) {
 	switch k.Method {
 	case "zstd", "zstd-seekable":
-		h := blocks.NewCache(p.opts.Cache)
-		z := newZstdStream(in, inSize, size, max, p.opts.BlockSize, p.pool, h)
-		z.seekable = k.Method == "zstd-seekable"
-		return blocks.NewReader(h, p.opts.BlockSize, z), nil
+		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+			return zstdstream.New(in, inSize, size, max, p.opts.BlockSize, k.Method == "zstd-seekable", p.pool, h), nil
+		})
 	case "lz4":
 		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
 			return sequential.LZ4(in, inSize, size, p.opts.BlockSize, h), nil

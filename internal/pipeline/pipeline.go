@@ -1,9 +1,3 @@
-// Package pipeline turns the components and tensors of a formats.Container
-// into bytes. Each file of the mount is a chain of small readers: file
-// region → digest check → zstd decode → byte swap to little-endian → dtype
-// widening or sparse densification → .npy header. Decoding stages keep
-// their output in the block cache; raw regions are read straight from the
-// source file and can be served without a copy.
 package pipeline
 
 import (
@@ -21,6 +15,7 @@ import (
 	"github.com/ztfs/ztfs/internal/pipeline/blocks"
 	"github.com/ztfs/ztfs/internal/pipeline/dense"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
+	"github.com/ztfs/ztfs/internal/pipeline/zstdstream"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -76,11 +71,11 @@ const DefaultBlockSize = 1 << 20
 type Pipeline struct {
 	srcs []source.Source
 	opts Options
-	pool *decoderPool
+	pool *zstdstream.Pool
 
 	mu         sync.Mutex
 	components map[*formats.Component]Reader
-	seekables  map[*formats.Component]*zstdStream
+	seekables  map[*formats.Component]*zstdstream.Stream
 	npys       map[*formats.Tensor]Reader
 	verdicts   map[verdictKey]*verdict
 }
@@ -108,16 +103,16 @@ func New(srcs []source.Source, opts Options) (*Pipeline, error) {
 		opts.Logf = func(string, ...any) {}
 	}
 	return &Pipeline{
-		srcs: srcs, opts: opts, pool: newDecoderPool(opts.Decoders),
+		srcs: srcs, opts: opts, pool: zstdstream.NewPool(opts.Decoders),
 		components: make(map[*formats.Component]Reader),
-		seekables:  make(map[*formats.Component]*zstdStream),
+		seekables:  make(map[*formats.Component]*zstdstream.Stream),
 		npys:       make(map[*formats.Tensor]Reader),
 		verdicts:   make(map[verdictKey]*verdict),
 	}, nil
 }
 
 // Close releases the decoders. Readers must not be used afterwards.
-func (p *Pipeline) Close() { p.pool.close() }
+func (p *Pipeline) Close() { p.pool.Close() }
 
 // Sources returns the source files the pipeline reads, the container's
 // own first.
@@ -307,7 +302,7 @@ func (p *Pipeline) CheckSeekTables(c *formats.Container) error {
 			if z == nil {
 				continue // the component failed before its stream was made; reads say why
 			}
-			if _, err := z.index(); err != nil {
+			if err := z.CheckIndex(); err != nil {
 				return fmt.Errorf("tensor %q: component %q: %w", t.Name, comp.Role, err)
 			}
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
@@ -20,7 +22,7 @@ import (
 // (ReadSlices, checked only after more reads have run), must be right.
 func TestRecycledBlocksStayRight(t *testing.T) {
 	const size = 16 << 20
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	type comp struct {
 		r    Reader
 		want []byte
@@ -29,19 +31,19 @@ func TestRecycledBlocksStayRight(t *testing.T) {
 	var tensors []*formats.Tensor
 	var wants [][]byte
 	for i, frame := range []int{0, 128 << 10, 1 << 20} {
-		data := smoothBytes(size, int64(i))
+		data := pipelinetest.SmoothBytes(size, int64(i))
 		var stored []byte
 		if frame == 0 {
-			stored = zstdCompress(t, data)
+			stored = zstdframetest.Compress(t, data)
 		} else {
-			stored = zstdFrames(t, data, frame, frameOpts{seekTable: true, level: zstd.SpeedFastest})
+			stored = zstdframetest.Frames(t, data, frame, zstdframetest.Opts{SeekTable: true, Level: zstd.SpeedFastest})
 		}
 		tensors = append(tensors, &formats.Tensor{Name: fmt.Sprint("t", i)})
-		tensors[i].Components = []*formats.Component{zstdComponent("data", formats.U8, b.add(stored), stored, size)}
+		tensors[i].Components = []*formats.Component{zstdComponent("data", formats.U8, b.Add(stored), stored, size)}
 		wants = append(wants, data)
 	}
 	c := cache.New(24 << 20) // its reuse budget holds a 1 MiB block
-	p := newTestPipeline(t, b.open(t), Options{Cache: c, BlockSize: 1 << 20})
+	p := newTestPipeline(t, b.Open(t), Options{Cache: c, BlockSize: 1 << 20})
 	for i, tensor := range tensors {
 		comps = append(comps, comp{p.Component(tensor, tensor.Components[0]), wants[i]})
 	}
@@ -110,18 +112,4 @@ func TestRecycledBlocksStayRight(t *testing.T) {
 	} else {
 		t.Logf("%d evictions, %d blocks in reused memory", st.Evictions, st.Reused)
 	}
-}
-
-// smoothBytes returns n compressible bytes.
-func smoothBytes(n int, seed int64) []byte {
-	rng := rand.New(rand.NewSource(seed))
-	out := make([]byte, n)
-	v := byte(0)
-	for i := range out {
-		if rng.Intn(8) == 0 {
-			v = byte(rng.Intn(256))
-		}
-		out[i] = v
-	}
-	return out
 }

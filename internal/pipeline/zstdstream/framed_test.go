@@ -1,4 +1,4 @@
-package pipeline
+package zstdstream
 
 import (
 	"bytes"
@@ -20,44 +20,17 @@ import (
 	"github.com/ztfs/ztfs/formats/ztensor"
 	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/pipeline/blocks"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 	"github.com/ztfs/ztfs/internal/source"
 )
 
-// zstdOf returns the zstd stage behind a component reader.
-func zstdOf(t testing.TB, r Reader) *zstdStream {
-	t.Helper()
-	if c, ok := r.(*contextual); ok {
-		r = c.r
-	}
-	if v, ok := r.(*verified); ok {
-		r = v.inner
-	}
-	c, ok := r.(*blocks.Reader)
-	if !ok {
-		t.Fatalf("reader %T is not a cached stream", r)
-	}
-	z, ok := c.Source().(*zstdStream)
-	if !ok {
-		t.Fatalf("source %T is not a zstd stream", c.Source())
-	}
-	return z
-}
-
-// framedComponent lays out stored as the one component of a source file
-// and returns a reader of it and its zstd stage.
-func framedComponent(t *testing.T, stored []byte, declared int64, opts Options) (*Pipeline, Reader, *zstdStream) {
-	t.Helper()
-	var b fileBuilder
-	off := b.add(stored)
-	p := newTestPipeline(t, b.open(t), opts)
-	r := p.Component(&formats.Tensor{Name: "z"}, zstdComponent("data", formats.U8, off, stored, declared))
-	return p, r, zstdOf(t, r)
-}
-
 // decodedFrames is how many frames a stream has decoded, once the decodes
 // running ahead of its readers are done.
-func decodedFrames(t *testing.T, z *zstdStream) int64 {
+func decodedFrames(t *testing.T, z *Stream) int64 {
 	t.Helper()
 	f := z.framed.Load()
 	if f == nil {
@@ -74,41 +47,41 @@ func decodedFrames(t *testing.T, z *zstdStream) int64 {
 }
 
 func TestZstdFramesLayouts(t *testing.T) {
-	data := randomBytes(100_003, 5)
+	data := pipelinetest.RandomBytes(100_003, 5)
 	tests := []struct {
 		name      string
 		frameSize int
-		o         frameOpts
+		o         zstdframetest.Opts
 		indexed   bool // with the declared size
 		unknown   bool // indexed without it
 		table     bool // from the seek table
 	}{
-		{"content sizes", 8192, frameOpts{}, true, true, false},
-		{"block-sized frames", 4096, frameOpts{}, true, true, false},
-		{"frames across blocks", 3000, frameOpts{}, true, true, false},
-		{"large frames", 20000, frameOpts{}, true, true, false},
-		{"one-byte frames", 1, frameOpts{}, true, true, false},
-		{"seek table", 8192, frameOpts{seekTable: true}, true, true, true},
-		{"skippable frames", 8192, frameOpts{skippable: true}, true, true, false},
-		{"skippable frames, seek table", 5000, frameOpts{skippable: true, seekTable: true}, true, true, true},
-		{"empty frames", 8192, frameOpts{empty: true}, true, true, false},
-		{"empty frames, seek table", 8192, frameOpts{empty: true, seekTable: true}, true, true, true},
-		{"last frame without size", 8192, frameOpts{lastNoSz: true}, true, false, false},
-		{"last frame without size, seek table", 8192, frameOpts{lastNoSz: true, seekTable: true}, true, true, true},
-		{"no sizes", 8192, frameOpts{noSize: true}, false, false, false},
-		{"no sizes, seek table", 8192, frameOpts{noSize: true, seekTable: true}, false, false, false},
-		{"one frame", 1 << 20, frameOpts{}, false, false, false},
-		{"one frame, seek table", 1 << 20, frameOpts{seekTable: true}, false, false, false},
+		{"content sizes", 8192, zstdframetest.Opts{}, true, true, false},
+		{"block-sized frames", 4096, zstdframetest.Opts{}, true, true, false},
+		{"frames across blocks", 3000, zstdframetest.Opts{}, true, true, false},
+		{"large frames", 20000, zstdframetest.Opts{}, true, true, false},
+		{"one-byte frames", 1, zstdframetest.Opts{}, true, true, false},
+		{"seek table", 8192, zstdframetest.Opts{SeekTable: true}, true, true, true},
+		{"skippable frames", 8192, zstdframetest.Opts{Skippable: true}, true, true, false},
+		{"skippable frames, seek table", 5000, zstdframetest.Opts{Skippable: true, SeekTable: true}, true, true, true},
+		{"empty frames", 8192, zstdframetest.Opts{Empty: true}, true, true, false},
+		{"empty frames, seek table", 8192, zstdframetest.Opts{Empty: true, SeekTable: true}, true, true, true},
+		{"last frame without size", 8192, zstdframetest.Opts{LastNoSz: true}, true, false, false},
+		{"last frame without size, seek table", 8192, zstdframetest.Opts{LastNoSz: true, SeekTable: true}, true, true, true},
+		{"no sizes", 8192, zstdframetest.Opts{NoSize: true}, false, false, false},
+		{"no sizes, seek table", 8192, zstdframetest.Opts{NoSize: true, SeekTable: true}, false, false, false},
+		{"one frame", 1 << 20, zstdframetest.Opts{}, false, false, false},
+		{"one frame, seek table", 1 << 20, zstdframetest.Opts{SeekTable: true}, false, false, false},
 	}
 	for _, tc := range tests {
-		stored := zstdFrames(t, data, tc.frameSize, tc.o)
+		stored := zstdframetest.Frames(t, data, tc.frameSize, tc.o)
 		for _, declared := range []int64{int64(len(data)), -1} {
 			t.Run(fmt.Sprint(tc.name, "/", declared), func(t *testing.T) {
-				_, r, z := framedComponent(t, stored, declared, Options{})
-				if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+				_, r, z := framedComponent(t, stored, declared, testOpts{})
+				if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 					t.Fatalf("read %d bytes, differing", len(got))
 				}
-				checkRandomReads(t, r, data, 3)
+				pipelinetest.CheckRandomReads(t, r, data, 3)
 				want := tc.indexed
 				if declared < 0 {
 					want = tc.unknown
@@ -133,8 +106,8 @@ func TestZstdFramesLayouts(t *testing.T) {
 
 // The index of a stream of unknown size gives the size without decoding.
 func TestZstdFramesSizeFromHeaders(t *testing.T) {
-	data := randomBytes(50_000, 1)
-	_, r, z := framedComponent(t, zstdFrames(t, data, 4096, frameOpts{}), -1, Options{})
+	data := pipelinetest.RandomBytes(50_000, 1)
+	_, r, z := framedComponent(t, zstdframetest.Frames(t, data, 4096, zstdframetest.Opts{}), -1, testOpts{})
 	if n, err := r.Size(); n != int64(len(data)) || err != nil {
 		t.Fatalf("Size = %d, %v", n, err)
 	}
@@ -143,44 +116,10 @@ func TestZstdFramesSizeFromHeaders(t *testing.T) {
 	}
 }
 
-func TestZstdFramesWrongSizes(t *testing.T) {
-	data := randomBytes(50_000, 2)
-	stored := zstdFrames(t, data, 4096, frameOpts{seekTable: true})
-	for _, tc := range []struct {
-		name     string
-		declared int64
-		max      uint64
-		want     string
-	}{
-		{"declared too large", int64(len(data)) + 1, 1 << 30, "ends after 50000 bytes, expected 50001"},
-		{"declared too small", int64(len(data)) - 1, 1 << 30, "more than the expected 49999 bytes"},
-		{"declared a frame short", int64(len(data)) - 4096, 1 << 30, "more than the expected"},
-		{"over the limit", -1, 40_000, "more than 40000 bytes, the limit"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var b fileBuilder
-			off := b.add(stored)
-			p := newTestPipeline(t, b.open(t), Options{})
-			c := zstdComponent("data", formats.U8, off, stored, tc.declared)
-			c.MaxSize = tc.max
-			r := p.Component(&formats.Tensor{Name: "z"}, c)
-			_, err := readAll(t, r, 1500)
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `tensor "z": component "data"`) {
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
-			for _, off := range []int64{0, 4096, int64(len(data)) - 10} {
-				if _, err := r.ReadAt(make([]byte, 10), off); err == nil {
-					t.Errorf("read at %d after the stream failed: no error", off)
-				}
-			}
-		})
-	}
-}
-
 // Random reads decode only the frames they hit; reads in order decode the
 // frames after them ahead, each frame once.
 func TestZstdFramesDecodeOnlyWhatIsRead(t *testing.T) {
-	data := randomBytes(64*4096, 3)
+	data := pipelinetest.RandomBytes(64*4096, 3)
 	for _, tc := range []struct {
 		frameSize int
 		perRead   int64 // frames a read of one 4 KiB block decodes
@@ -191,8 +130,8 @@ func TestZstdFramesDecodeOnlyWhatIsRead(t *testing.T) {
 		{3 * 4096, 1}, // a group of 3 blocks is one frame
 	} {
 		t.Run(fmt.Sprint(tc.frameSize), func(t *testing.T) {
-			stored := zstdFrames(t, data, tc.frameSize, frameOpts{seekTable: true})
-			_, r, z := framedComponent(t, stored, int64(len(data)), Options{})
+			stored := zstdframetest.Frames(t, data, tc.frameSize, zstdframetest.Opts{SeekTable: true})
+			_, r, z := framedComponent(t, stored, int64(len(data)), testOpts{})
 			rng := rand.New(rand.NewSource(1))
 			buf := make([]byte, 4096)
 			group := int64(max(1, tc.frameSize/4096))
@@ -223,8 +162,8 @@ func TestZstdFramesDecodeOnlyWhatIsRead(t *testing.T) {
 			}
 			// Whole and in order, with a cache that holds it all: every
 			// frame decoded once more at most.
-			_, r, z = framedComponent(t, stored, int64(len(data)), Options{})
-			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+			_, r, z = framedComponent(t, stored, int64(len(data)), testOpts{})
+			if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("sequential read differs")
 			}
 			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.Frames()); n != frames {
@@ -240,23 +179,23 @@ func TestZstdFramesDecodeOnlyWhatIsRead(t *testing.T) {
 // Frames that straddle groups are decoded for each group they touch: at
 // most twice.
 func TestZstdFramesIrregular(t *testing.T) {
-	data := randomBytes(200_000, 4)
+	data := pipelinetest.RandomBytes(200_000, 4)
 	var stored []byte
 	rng := rand.New(rand.NewSource(4))
 	for off := 0; off < len(data); {
 		n := min(len(data)-off, 1+rng.Intn(9000))
-		stored = append(stored, zstdFrames(t, data[off:off+n], n, frameOpts{})...)
+		stored = append(stored, zstdframetest.Frames(t, data[off:off+n], n, zstdframetest.Opts{})...)
 		off += n
 	}
-	_, r, z := framedComponent(t, stored, int64(len(data)), Options{})
-	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+	_, r, z := framedComponent(t, stored, int64(len(data)), testOpts{})
+	if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatal("read differs")
 	}
 	frames := int64(z.framed.Load().idx.Frames())
 	if n := decodedFrames(t, z); n > 2*frames {
 		t.Errorf("%d frames decoded for %d", n, frames)
 	}
-	checkRandomReads(t, r, data, 5)
+	pipelinetest.CheckRandomReads(t, r, data, 5)
 }
 
 // rawFrame is a frame holding data as one raw block, with its size in a
@@ -276,9 +215,9 @@ func rawFrame(data []byte, fcs uint64, wide bool) []byte {
 }
 
 func TestZstdFramesHostile(t *testing.T) {
-	data := randomBytes(40_000, 6)
-	good := zstdFrames(t, data, 4096, frameOpts{})
-	firstLen := len(zstdFrames(t, data[:4096], 4096, frameOpts{}))
+	data := pipelinetest.RandomBytes(40_000, 6)
+	good := zstdframetest.Frames(t, data, 4096, zstdframetest.Opts{})
+	firstLen := len(zstdframetest.Frames(t, data[:4096], 4096, zstdframetest.Opts{}))
 	corrupt := func(f func(b []byte) []byte) []byte { return f(append([]byte{}, good...)) }
 	// The first block header of the second frame: magic, descriptor 0x64
 	// (single segment, 2-byte size, checksum), size.
@@ -309,8 +248,8 @@ func TestZstdFramesHostile(t *testing.T) {
 	for _, tc := range tests {
 		for _, declared := range []int64{int64(len(data)), -1} {
 			t.Run(fmt.Sprint(tc.name, "/", declared), func(t *testing.T) {
-				_, r, z := framedComponent(t, tc.stored, declared, Options{})
-				got, err := readAll(t, r, 4096)
+				_, r, z := framedComponent(t, tc.stored, declared, testOpts{})
+				got, err := pipelinetest.ReadAll(t, r, 4096)
 				if err == nil && bytes.Equal(got, data) {
 					t.Fatal("damaged stream read without error")
 				}
@@ -330,12 +269,12 @@ func TestZstdFramesHostile(t *testing.T) {
 
 // Seek tables that do not match their frames are not used.
 func TestZstdFramesBadSeekTables(t *testing.T) {
-	data := randomBytes(30_000, 7)
-	frames := zstdFrames(t, data, 4096, frameOpts{})
+	data := pipelinetest.RandomBytes(30_000, 7)
+	frames := zstdframetest.Frames(t, data, 4096, zstdframetest.Opts{})
 	var entries []byte
 	sizes := []int{}
 	for off := 0; off < len(frames); {
-		n := len(zstdFrames(t, data[len(sizes)*4096:min(len(data), (len(sizes)+1)*4096)], 4096, frameOpts{}))
+		n := len(zstdframetest.Frames(t, data[len(sizes)*4096:min(len(data), (len(sizes)+1)*4096)], 4096, zstdframetest.Opts{}))
 		sizes = append(sizes, n)
 		off += n
 	}
@@ -354,23 +293,23 @@ func TestZstdFramesBadSeekTables(t *testing.T) {
 		name   string
 		stored []byte
 	}{
-		{"a size that is not the frame's", appendSeekTable(append([]byte{}, frames...), wrongSize, n)},
-		{"an entry off a frame", appendSeekTable(append([]byte{}, frames...), wrongOffset, n)},
-		{"entries short of the table", appendSeekTable(append([]byte{}, frames...), entries[:len(entries)-8], n-1)},
+		{"a size that is not the frame's", zstdframetest.AppendSeekTable(append([]byte{}, frames...), wrongSize, n)},
+		{"an entry off a frame", zstdframetest.AppendSeekTable(append([]byte{}, frames...), wrongOffset, n)},
+		{"entries short of the table", zstdframetest.AppendSeekTable(append([]byte{}, frames...), entries[:len(entries)-8], n-1)},
 		{"too many frames", func() []byte {
-			b := appendSeekTable(append([]byte{}, frames...), entries, n)
+			b := zstdframetest.AppendSeekTable(append([]byte{}, frames...), entries, n)
 			binary.LittleEndian.PutUint32(b[len(b)-9:], 1<<30)
 			return b
 		}()},
 		{"reserved descriptor bits", func() []byte {
-			b := appendSeekTable(append([]byte{}, frames...), entries, n)
+			b := zstdframetest.AppendSeekTable(append([]byte{}, frames...), entries, n)
 			b[len(b)-5] = 0x04
 			return b
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, r, z := framedComponent(t, tc.stored, int64(len(data)), Options{})
-			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+			_, r, z := framedComponent(t, tc.stored, int64(len(data)), testOpts{})
+			if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("read differs")
 			}
 			if f := z.framed.Load(); f == nil || f.idx.FromSeekTable {
@@ -382,9 +321,9 @@ func TestZstdFramesBadSeekTables(t *testing.T) {
 	// decoding that entry gives more bytes than the table says, which fails
 	// the stream; nothing wrong is served on the way.
 	hidden := append(entry(sizes[0]+sizes[1], 4096), entries[16:]...)
-	stored := appendSeekTable(append([]byte{}, frames...), hidden, n-1)
-	_, r, z := framedComponent(t, stored, int64(len(data)-4096), Options{})
-	got, err := readAll(t, r, 4096)
+	stored := zstdframetest.AppendSeekTable(append([]byte{}, frames...), hidden, n-1)
+	_, r, z := framedComponent(t, stored, int64(len(data)-4096), testOpts{})
+	got, err := pipelinetest.ReadAll(t, r, 4096)
 	if err == nil || !strings.Contains(err.Error(), "their headers say") {
 		t.Fatalf("err = %v", err)
 	}
@@ -421,9 +360,9 @@ func TestZstdFramesMillionTiny(t *testing.T) {
 		t.Skip("decodes a million frames")
 	}
 	data, stored := tinyFrames(1_000_000)
-	_, r, z := framedComponent(t, stored, int64(len(data)), Options{BlockSize: 64 << 10})
+	_, r, z := framedComponent(t, stored, int64(len(data)), testOpts{BlockSize: 64 << 10})
 	start := time.Now()
-	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+	if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatal("read differs")
 	}
 	f := z.framed.Load()
@@ -434,7 +373,7 @@ func TestZstdFramesMillionTiny(t *testing.T) {
 
 	// One more than the index takes: decoded from the start instead.
 	data, stored = tinyFrames(zstdframe.MaxFrames + 1)
-	_, r, z = framedComponent(t, stored, int64(len(data)), Options{BlockSize: 64 << 10})
+	_, r, z = framedComponent(t, stored, int64(len(data)), testOpts{BlockSize: 64 << 10})
 	if _, err := r.ReadAt(make([]byte, 10), int64(len(data))-10); err != nil {
 		t.Fatal(err)
 	}
@@ -448,33 +387,27 @@ func TestZstdFramesMillionTiny(t *testing.T) {
 // decode running.
 func TestZstdFramesConcurrentReaders(t *testing.T) {
 	before := runtime.NumGoroutine()
-	var b fileBuilder
-	var comps []*formats.Component
-	var want [][]byte
+	var b pipelinetest.FileBuilder
+	var offs []uint64
+	var stored, want [][]byte
 	for i := 0; i < 5; i++ { // the fifth is read after Close only
-		data := randomBytes(200_000+i*1000, int64(10+i))
-		stored := zstdFrames(t, data, 4096<<(i%3), frameOpts{seekTable: i%2 == 0})
-		comps = append(comps, zstdComponent(fmt.Sprint("c", i), formats.U8, b.add(stored), stored, int64(len(data))))
-		want = append(want, data)
+		data := pipelinetest.RandomBytes(200_000+i*1000, int64(10+i))
+		st := zstdframetest.Frames(t, data, 4096<<(i%3), zstdframetest.Opts{SeekTable: i%2 == 0})
+		offs, stored, want = append(offs, b.Add(st)), append(stored, st), append(want, data)
 	}
-	src := b.open(t)
-	p, err := New([]source.Source{src}, Options{Cache: cache.New(256 << 10), BlockSize: 4096, Decoders: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensor := &formats.Tensor{Name: "t", Components: comps}
+	p := newTestStreams(t, b.Open(t), testOpts{Cache: cache.New(256 << 10), BlockSize: 4096, Decoders: 2})
 	var wg sync.WaitGroup
-	for i := range comps[:4] {
+	for i := range offs[:4] {
+		r, _ := p.component(offs[i], stored[i], int64(len(want[i])), 0)
 		for mode := 0; mode < 3; mode++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := p.Component(tensor, comps[i])
 				if mode == 2 {
-					checkRandomReads(t, r, want[i], int64(i))
+					pipelinetest.CheckRandomReads(t, r, want[i], int64(i))
 					return
 				}
-				got, err := readAll(t, r, 1000+3000*mode)
+				got, err := pipelinetest.ReadAll(t, r, 1000+3000*mode)
 				if err != nil || !bytes.Equal(got, want[i]) {
 					t.Errorf("stream %d: %v", i, err)
 				}
@@ -482,7 +415,7 @@ func TestZstdFramesConcurrentReaders(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	p.Close()
+	p.pool.Close()
 	if n := p.pool.ahead; n != 0 {
 		t.Errorf("%d decodes ahead after Close", n)
 	}
@@ -494,7 +427,7 @@ func TestZstdFramesConcurrentReaders(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before", n, before)
 	}
 	// Reads after Close fail; they do not crash.
-	r := p.Component(tensor, comps[4])
+	r, _ := p.component(offs[4], stored[4], int64(len(want[4])), 0)
 	if _, err := r.ReadAt(make([]byte, 10), 100_000); err == nil {
 		t.Error("a read after Close succeeded")
 	}
@@ -502,22 +435,25 @@ func TestZstdFramesConcurrentReaders(t *testing.T) {
 
 // Blocks decoded ahead and never read stay within a budget of the cache.
 func TestZstdFramesHeldBudget(t *testing.T) {
-	var b fileBuilder
-	var comps []*formats.Component
+	var b pipelinetest.FileBuilder
+	var offs []uint64
+	var stored [][]byte
 	for i := 0; i < 20; i++ {
-		stored := zstdFrames(t, randomBytes(64*4096, int64(i)), 4096, frameOpts{})
-		comps = append(comps, zstdComponent(fmt.Sprint("c", i), formats.U8, b.add(stored), stored, 64*4096))
+		st := zstdframetest.Frames(t, pipelinetest.RandomBytes(64*4096, int64(i)), 4096, zstdframetest.Opts{})
+		offs, stored = append(offs, b.Add(st)), append(stored, st)
 	}
-	p := newTestPipeline(t, b.open(t), Options{Cache: cache.New(512 << 10)})
-	tensor := &formats.Tensor{Name: "t", Components: comps}
-	for _, c := range comps {
+	p := newTestStreams(t, b.Open(t), testOpts{Cache: cache.New(512 << 10)})
+	var first *Stream
+	for i := range offs {
 		// Two blocks in order start decodes ahead, which no one reads.
-		r := p.Component(tensor, c)
+		r, z := p.component(offs[i], stored[i], 64*4096, 0)
 		r.ReadAt(make([]byte, 4096), 0)
 		r.ReadAt(make([]byte, 4096), 4096)
+		if i == 0 {
+			first = z
+		}
 	}
-	z := zstdOf(t, p.Component(tensor, comps[0]))
-	decodedFrames(t, z)
+	decodedFrames(t, first)
 	p.pool.mu.Lock()
 	defer p.pool.mu.Unlock()
 	if p.pool.heldLen > HeldBudget(512<<10) || p.pool.heldLen != sumHeld(p.pool) {
@@ -525,7 +461,7 @@ func TestZstdFramesHeldBudget(t *testing.T) {
 	}
 }
 
-func sumHeld(p *decoderPool) int64 {
+func sumHeld(p *Pool) int64 {
 	n := int64(0)
 	for e := p.held.Front(); e != nil; e = e.Next() {
 		n += e.Value.(*groupJob).held
@@ -536,7 +472,7 @@ func sumHeld(p *decoderPool) int64 {
 // Files written by the zTensor writer: independent frames and a seek table
 // by default, one frame as the reference writes on request.
 func TestZstdFramesWriterRoundTrip(t *testing.T) {
-	data := randomBytes(3<<20+12345, 8)
+	data := pipelinetest.RandomBytes(3<<20+12345, 8)
 	for _, tc := range []struct {
 		name    string
 		single  bool
@@ -573,18 +509,29 @@ func TestZstdFramesWriterRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer src.Close()
-			p, err := New([]source.Source{src}, Options{Cache: cache.New(16 << 20), Verify: VerifyAll})
-			if err != nil {
+			// The stored bytes are what the writer's digest says, as the
+			// pipeline checks before it serves any (VerifyAll).
+			x := ct.Tensors[0].Components[0]
+			if err := digest.Check(stream.NewRegion(src, int64(x.Offset), int64(x.Length)), 0, int64(x.Length), x.Digest); err != nil {
 				t.Fatal(err)
 			}
-			defer p.Close()
-			x := ct.Tensors[0]
-			r := p.Component(x, x.Components[0])
-			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+			// Served as the pipeline serves the component the reader made.
+			d := x.Codecs[0].(formats.Decompress)
+			declared, limit := int64(d.Size), d.Size
+			if d.Unsized {
+				declared, limit = x.Size, x.MaxSize
+				if x.Size >= 0 {
+					limit = uint64(x.Size)
+				}
+			}
+			p := newTestStreams(t, src, testOpts{Cache: cache.New(16 << 20)})
+			h := blocks.NewCache(p.opts.Cache)
+			z := New(stream.NewRegion(src, int64(x.Offset), int64(x.Length)), int64(x.Length), declared, limit, p.opts.BlockSize, false, p.pool, h)
+			r := blocks.NewReader(h, p.opts.BlockSize, z)
+			if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("read differs")
 			}
-			checkRandomReads(t, r, data, 9)
-			z := zstdOf(t, r)
+			pipelinetest.CheckRandomReads(t, r, data, 9)
 			if fs := z.framed.Load(); (fs != nil) != tc.indexed || fs != nil && !fs.idx.FromSeekTable {
 				t.Errorf("indexed %v (%v), want %v from the seek table", fs != nil, z.unindexed, tc.indexed)
 			}
@@ -595,7 +542,7 @@ func TestZstdFramesWriterRoundTrip(t *testing.T) {
 // The headers of a stream another tool wrote (klauspost's streaming
 // encoder, several frames by Close and Reset, no seek table).
 func TestZstdFramesForeignStream(t *testing.T) {
-	data := randomBytes(300_000, 9)
+	data := pipelinetest.RandomBytes(300_000, 9)
 	var buf bytes.Buffer
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedBetterCompression))
 	if err != nil {
@@ -604,8 +551,8 @@ func TestZstdFramesForeignStream(t *testing.T) {
 	for off := 0; off < len(data); off += 70_000 {
 		buf.Write(enc.EncodeAll(data[off:min(off+70_000, len(data))], nil))
 	}
-	_, r, z := framedComponent(t, buf.Bytes(), -1, Options{})
-	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+	_, r, z := framedComponent(t, buf.Bytes(), -1, testOpts{})
+	if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatal("read differs")
 	}
 	if f := z.framed.Load(); f == nil || f.idx.Frames() != 5 {
@@ -618,7 +565,7 @@ func TestZstdFramesForeignStream(t *testing.T) {
 // other streams keep the pipeline's block size.
 func TestZstdFramesSmallerThanBlocks(t *testing.T) {
 	const block = 1 << 20
-	data := randomBytes(4*block+1000, 7)
+	data := pipelinetest.RandomBytes(4*block+1000, 7)
 	for _, tc := range []struct {
 		name      string
 		frameSize int
@@ -630,8 +577,8 @@ func TestZstdFramesSmallerThanBlocks(t *testing.T) {
 		{"frames that do not divide the block", 96 << 10, block},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stored := zstdFrames(t, data, tc.frameSize, frameOpts{seekTable: true})
-			_, r, z := framedComponent(t, stored, int64(len(data)), Options{BlockSize: block})
+			stored := zstdframetest.Frames(t, data, tc.frameSize, zstdframetest.Opts{SeekTable: true})
+			_, r, z := framedComponent(t, stored, int64(len(data)), testOpts{BlockSize: block})
 			if got := z.BlockSize(); got != tc.wantBS {
 				t.Fatalf("block size %d, want %d", got, tc.wantBS)
 			}
@@ -654,13 +601,66 @@ func TestZstdFramesSmallerThanBlocks(t *testing.T) {
 					t.Fatalf("after %d reads, %d frames decoded; want %d", reads, n, reads*perRead)
 				}
 			}
-			_, r, z = framedComponent(t, stored, int64(len(data)), Options{BlockSize: block})
-			if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+			_, r, z = framedComponent(t, stored, int64(len(data)), testOpts{BlockSize: block})
+			if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 				t.Fatal("sequential read differs")
 			}
 			if n, frames := decodedFrames(t, z), int64(z.framed.Load().idx.Frames()); tc.wantBS < block && n != frames {
 				t.Errorf("a sequential read decoded %d frames of %d", n, frames)
 			}
 		})
+	}
+}
+
+// An indexed stream whose last frame records no size (the index gives it
+// what the declared size leaves) and decodes to megabytes fails at the
+// size it was given, without the frame decoder growing its output.
+func TestIndexedFrameBomb(t *testing.T) {
+	data := pipelinetest.RandomBytes(1000, 8)
+	first := zstdframetest.Frames(t, data, len(data), zstdframetest.Opts{})
+	stored := append(first, zstdframetest.Bomb(200)...) // 25 MiB
+	_, r, z := framedComponent(t, stored, 2000, testOpts{})
+	var err error
+	n := pipelinetest.Allocated(func() { _, err = pipelinetest.ReadAll(t, r, 1<<16) })
+	if z.framed.Load() == nil {
+		t.Fatalf("not indexed: %v", z.unindexed)
+	}
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if n > 4<<20 {
+		t.Errorf("allocated %d MiB for a stream declared to hold 2000 bytes", n>>20)
+	}
+}
+
+// More streams than decoders, read interleaved and concurrently, with a
+// cache too small to hold them: every byte must still be right.
+func TestZstdDecoderPoolSharing(t *testing.T) {
+	var b pipelinetest.FileBuilder
+	var offs []uint64
+	var stored, want [][]byte
+	for i := 0; i < 5; i++ {
+		data := pipelinetest.RandomBytes(20*4096+i*77, int64(i))
+		st := zstdframetest.Compress(t, data)
+		offs, stored, want = append(offs, b.Add(st)), append(stored, st), append(want, data)
+	}
+	p := newTestStreams(t, b.Open(t), testOpts{Decoders: 2, Cache: cache.New(8 * 4096)})
+	var wg sync.WaitGroup
+	for i := range offs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _ := p.component(offs[i], stored[i], int64(len(want[i])), 0)
+			for pass := 0; pass < 2; pass++ {
+				got, err := pipelinetest.ReadAll(t, r, 3000)
+				if err != nil || !bytes.Equal(got, want[i]) {
+					t.Errorf("stream %d pass %d: %v", i, pass, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if live := len(p.pool.live); live > 2 {
+		t.Errorf("%d decoders alive, limit 2", live)
 	}
 }

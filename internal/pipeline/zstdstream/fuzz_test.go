@@ -1,4 +1,4 @@
-package pipeline
+package zstdstream
 
 import (
 	"bytes"
@@ -8,7 +8,10 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
 	"github.com/ztfs/ztfs/internal/pipeline/blocks"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // FuzzZstdFrames reads arbitrary bytes as a zstd stream, with and without a
@@ -16,13 +19,13 @@ import (
 // through the frame index must give exactly what decoding the whole stream
 // at once gives.
 func FuzzZstdFrames(f *testing.F) {
-	data := randomBytes(600, 1)
+	data := pipelinetest.RandomBytes(600, 1)
 	seeds := [][]byte{
-		zstdFrames(f, data, 64, frameOpts{}),
-		zstdFrames(f, data, 150, frameOpts{seekTable: true}),
-		zstdFrames(f, data, 100, frameOpts{skippable: true, empty: true}),
-		zstdFrames(f, data, 200, frameOpts{lastNoSz: true, seekTable: true}),
-		zstdFrames(f, data, 300, frameOpts{noSize: true}),
+		zstdframetest.Frames(f, data, 64, zstdframetest.Opts{}),
+		zstdframetest.Frames(f, data, 150, zstdframetest.Opts{SeekTable: true}),
+		zstdframetest.Frames(f, data, 100, zstdframetest.Opts{Skippable: true, Empty: true}),
+		zstdframetest.Frames(f, data, 200, zstdframetest.Opts{LastNoSz: true, SeekTable: true}),
+		zstdframetest.Frames(f, data, 300, zstdframetest.Opts{NoSize: true}),
 		append(rawFrame(data[:5], 5, false), rawFrame(data[5:9], 1<<40, true)...),
 		// A content size above 2^63 once passed for a negative one.
 		[]byte("(\xb5/\xfd0\x05)\x00\x0000000(\xb5/\xfd\xe00000000\xdc!\x00\x000000"),
@@ -34,14 +37,14 @@ func FuzzZstdFrames(f *testing.F) {
 		f.Add(s, false)
 	}
 	// The limits of the pipeline's decoder of frames.
-	ref, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow),
+	ref, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(MaxWindow),
 		zstd.WithDecoderMaxMemory(2*maxFrameLimit))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(ref.Close)
-	pool := newDecoderPool(2)
-	f.Cleanup(pool.close)
+	pool := NewPool(2)
+	f.Cleanup(pool.Close)
 	f.Fuzz(func(t *testing.T, stored []byte, sized bool) {
 		if len(stored) > 4<<10 {
 			return
@@ -54,14 +57,14 @@ func FuzzZstdFrames(f *testing.F) {
 		// Streams the index leaves to the sequential decoder are not this
 		// target's business.
 		const blockSize, capacity = 64, 16 << 10
-		if _, err := zstdframe.NewIndex(Bytes(stored), int64(len(stored)), frameLimit(blockSize, capacity), declared); err != nil {
+		if _, err := zstdframe.NewIndex(stream.Bytes(stored), int64(len(stored)), frameLimit(blockSize, capacity), declared); err != nil {
 			return
 		}
 		// The zstd stage alone, over the bytes in memory, of at most 64 KiB
 		// (more fails).
 		h := blocks.NewCache(cache.New(capacity))
-		z := newZstdStream(Bytes(stored), int64(len(stored)), declared, 64<<10, blockSize, pool, h)
-		got, err := readAll(t, blocks.NewReader(h, blockSize, z), 50)
+		z := New(stream.Bytes(stored), int64(len(stored)), declared, 64<<10, blockSize, false, pool, h)
+		got, err := pipelinetest.ReadAll(t, blocks.NewReader(h, blockSize, z), 50)
 		if z.framed.Load() == nil {
 			t.Fatalf("indexed once, not the second time: %v", z.unindexed)
 		}

@@ -1,4 +1,4 @@
-package pipeline
+package zstdstream
 
 import (
 	"runtime"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package pipeline
+package zstdstream
 
 // favourThread does nothing where thread priorities are not set
 // (priority_linux.go).

@@ -1,4 +1,4 @@
-package pipeline
+package zstdstream
 
 import (
 	"container/list"
@@ -57,7 +57,7 @@ func frameLimit(blockSize, capacity int64) int64 {
 // cache beyond it. The goroutines are counted by the decoder pool, whose
 // close waits for them.
 type framedStream struct {
-	z       *zstdStream
+	z       *Stream
 	idx     *zstdframe.Index
 	size    int64
 	bs      int64 // block size: the pipeline's, or the frames' when smaller
@@ -89,7 +89,7 @@ type groupJob struct {
 	el   *list.Element
 }
 
-func newFramedStream(z *zstdStream, idx *zstdframe.Index) *framedStream {
+func newFramedStream(z *Stream, idx *zstdframe.Index) *framedStream {
 	f := &framedStream{z: z, idx: idx, size: idx.Total(), bs: frameBlockSize(idx, z.blockSize), jobs: make(map[int64]*groupJob), last: -1}
 	f.group = max(1, (idx.Largest+f.bs-1)/f.bs)
 	f.nblocks = (f.size + f.bs - 1) / f.bs

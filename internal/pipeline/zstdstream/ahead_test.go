@@ -1,4 +1,4 @@
-package pipeline
+package zstdstream
 
 import (
 	"bytes"
@@ -8,14 +8,16 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/cache"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
 
 // A stream decoded from its start decodes the blocks after a sequential
 // reader's on another goroutine, and what every read returns is unchanged,
 // in order, out of order and when the pipeline closes under the readers.
 func TestZstdSequentialAhead(t *testing.T) {
-	data := randomBytes(64*4096+123, 9)
-	stored := unsizedFrame(t, data)
+	data := pipelinetest.RandomBytes(64*4096+123, 9)
+	stored := zstdframetest.UnsizedFrame(t, data)
 	tests := []struct {
 		name      string
 		cache     int64
@@ -26,7 +28,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, r, z := framedComponent(t, stored, -1, Options{Cache: cache.New(tc.cache)})
+			_, r, z := framedComponent(t, stored, -1, testOpts{Cache: cache.New(tc.cache)})
 			if z.framed.Load() != nil {
 				t.Fatal("a one-frame stream was indexed")
 			}
@@ -46,7 +48,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 		})
 	}
 	t.Run("random and backward reads", func(t *testing.T) {
-		_, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64 << 10)})
+		_, r, _ := framedComponent(t, stored, -1, testOpts{Cache: cache.New(64 << 10)})
 		rng := rand.New(rand.NewSource(3))
 		for i := 0; i < 300; i++ {
 			off := rng.Int63n(int64(len(data)))
@@ -62,7 +64,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 	// ahead: it waits for them. (Closing under readers themselves is not
 	// allowed: a mount closes its pipeline after the last reader is gone.)
 	t.Run("close during decode-ahead", func(t *testing.T) {
-		p, r, _ := framedComponent(t, stored, -1, Options{Cache: cache.New(64 << 20)})
+		p, r, _ := framedComponent(t, stored, -1, testOpts{Cache: cache.New(64 << 20)})
 		var wg sync.WaitGroup
 		for g := 0; g < 2; g++ {
 			wg.Add(1)
@@ -79,7 +81,7 @@ func TestZstdSequentialAhead(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		p.Close()
+		p.pool.Close()
 	})
 }
 
@@ -89,8 +91,8 @@ func TestZstdSequentialAhead(t *testing.T) {
 // error, none hangs.
 func TestZstdReadersWaitForDecodeAhead(t *testing.T) {
 	const bs = 4096
-	data := randomBytes(256*bs, 11)
-	stored := unsizedFrame(t, data)
+	data := pipelinetest.RandomBytes(256*bs, 11)
+	stored := zstdframetest.UnsizedFrame(t, data)
 	damaged := append([]byte(nil), stored...)
 	for i := len(damaged) * 3 / 4; i < len(damaged)*3/4+64; i++ {
 		damaged[i] ^= 0x5a
@@ -100,7 +102,7 @@ func TestZstdReadersWaitForDecodeAhead(t *testing.T) {
 		stored []byte
 	}{{"intact", stored}, {"damaged three quarters in", damaged}} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, r, z := framedComponent(t, tc.stored, int64(len(data)), Options{Cache: cache.New(64 << 20), BlockSize: bs})
+			_, r, z := framedComponent(t, tc.stored, int64(len(data)), testOpts{Cache: cache.New(64 << 20), BlockSize: bs})
 			intact := bytes.Equal(tc.stored, stored)
 			buf := make([]byte, bs)
 			if _, err := r.ReadAt(buf, 0); err != nil {
