@@ -1,8 +1,3 @@
-// Package quant converts stored numeric encodings that NumPy lacks—bfloat16,
-// the float8 and float4 variants, and later block-quantized weights—into
-// the NumPy types tensor.npy holds. Every conversion to float32 is exact;
-// those to float16 (WidenerToF16For, F32ToF16) round to nearest even. All
-// work on whole runs of elements.
 package quant
 
 import (
