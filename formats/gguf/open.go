@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -150,58 +151,14 @@ func arrayAttribute(a Array) []any {
 // forEach calls scalar (through conv) for every scalar item of a and
 // nested for every array item.
 func forEach(a Array, scalar func(any), nested func(Array), conv func(any) any) {
-	switch v := a.Items.(type) {
-	case []Array:
+	if v, ok := a.Items.([]Array); ok {
 		for _, x := range v {
 			nested(x)
 		}
-	case []uint8:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int8:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []uint16:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int16:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []uint32:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int32:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []float32:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []bool:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []string:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []uint64:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int64:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []float64:
-		for _, x := range v {
-			scalar(conv(x))
-		}
+		return
+	}
+	v := reflect.ValueOf(a.Items)
+	for i := range a.Len() {
+		scalar(conv(v.Index(i).Interface()))
 	}
 }

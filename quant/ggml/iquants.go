@@ -16,28 +16,19 @@ import (
 // computing it in float32 in any order gives ggml's values bit for bit.
 
 // iqKernel returns the kernel of an i-quant type, or nil for any other.
-func iqKernel(t ggmltype.Type) kernel {
-	switch t {
-	case ggmltype.IQ2_XXS:
-		return dequantIQ2XXS
-	case ggmltype.IQ2_XS:
-		return dequantIQ2XS
-	case ggmltype.IQ2_S:
-		return dequantIQ2S
-	case ggmltype.IQ3_XXS:
-		return dequantIQ3XXS
-	case ggmltype.IQ3_S:
-		return dequantIQ3S
-	case ggmltype.IQ1_S:
-		return dequantIQ1S
-	case ggmltype.IQ1_M:
-		return dequantIQ1M
-	case ggmltype.IQ4_NL:
-		return dequantIQ4NL
-	case ggmltype.IQ4_XS:
-		return dequantIQ4XS
-	}
-	return nil
+func iqKernel(t ggmltype.Type) kernel { return iqKernels[t] }
+
+// iqKernels are the kernels of the i-quant types.
+var iqKernels = map[ggmltype.Type]kernel{
+	ggmltype.IQ2_XXS: dequantIQ2XXS,
+	ggmltype.IQ2_XS:  dequantIQ2XS,
+	ggmltype.IQ2_S:   dequantIQ2S,
+	ggmltype.IQ3_XXS: dequantIQ3XXS,
+	ggmltype.IQ3_S:   dequantIQ3S,
+	ggmltype.IQ1_S:   dequantIQ1S,
+	ggmltype.IQ1_M:   dequantIQ1M,
+	ggmltype.IQ4_NL:  dequantIQ4NL,
+	ggmltype.IQ4_XS:  dequantIQ4XS,
 }
 
 // iqSigned8 writes db×grid[j] for the eight bytes of a grid entry, negated
