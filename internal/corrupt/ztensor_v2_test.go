@@ -21,7 +21,7 @@ import (
 	"github.com/ztfs/ztfs/internal/session"
 )
 
-// zTensor v2 (docs/formats/ztensor-v2.md; formats/ztensor/v2.go):
+// zTensor v2 (docs/formats/ztensor-v2.md; formats/ztensor/ztensor2/open.go):
 // the magic, blobs at multiples of 4096, a deterministic-CBOR manifest and
 // a 40-byte footer (manifest offset, length, XXH3-64; version, reserved;
 // the magic again).

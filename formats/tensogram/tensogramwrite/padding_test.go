@@ -14,9 +14,9 @@ import (
 )
 
 // Padding after a frame is optional on the wire. These tests remove it from
-// files laid out on the 8-byte grid, by hand (tensogramtest.Unpad) and with the
-// writer (Message.Unpadded); padding_session_test.go compares what such
-// files serve with what the padded ones serve.
+// files laid out on the 8-byte grid, by hand (tensogramtest.Unpad) and with
+// the writer (Message.Unpadded); formats/tensogram/padding_session_test.go
+// compares what such files serve with what the padded ones serve.
 
 // structures returns the message-relative offsets of the frames and of the
 // postamble of the single message b, following frames without padding.

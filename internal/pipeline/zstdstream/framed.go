@@ -20,7 +20,7 @@ import (
 // seek table or the headers, without decompressing, and a read decodes
 // only the frames that hold its bytes, while a sequential read decodes the
 // next frames on the other cores. Streams the index does not take are
-// decoded from their start by the sequential path (zstd.go).
+// decoded from their start by the sequential path (stream.go).
 //
 // Sizes stay exact: the index's total must equal the component's declared
 // size (else the stream fails, as a stream decoding to more or fewer bytes
