@@ -388,7 +388,7 @@ type GroupQuantized struct {
 
 // GGML is a tensor stored as ggml blocks (a GGUF tensor of a quantized
 // type): component Role holds the blocks of ggml type Type (a
-// quant/ggml.Type id) as stored, each block of BlockSize consecutive
+// quant/ggmltype.Type id) as stored, each block of BlockSize consecutive
 // elements of the flattened row-major tensor (blocks run along the last
 // axis, GGUF's ne[0], and never cross a row), dequantized to float32
 // exactly as ggml's reference dequantization does.

@@ -4,8 +4,8 @@ package quant
 // the format's only implementation: the reconstruction of its decoder
 // (internal/backend/core/quant_cache.go) and the quantizer of its
 // "quantize" command (cmd/mantle/quantize.go), plus the bare int8/int4 codes
-// its "pack --quant-embed" writes. The payload layout is the caller's
-// business; the functions here do the per-block arithmetic.
+// its "pack --quant-embed" writes. The payload's geometry is
+// quant/mcflayout's; the functions here do the per-block arithmetic.
 
 import (
 	"encoding/binary"
@@ -13,14 +13,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
-
-// MCFBlockSize is the number of codes in one MCF block; blocks run along a
-// row and never cross into the next one.
-const MCFBlockSize = 32
-
-// MCFSuperBlocks is the number of blocks that share a k-family super-scale.
-const MCFSuperBlocks = 8
 
 // F16FlushToZero converts IEEE half bits to float32 as MCF's reference
 // decoder does: exponent 0 (zero or subnormal) gives ±0, exponent 31 ±Inf or
@@ -79,22 +74,11 @@ func KBlockScale(super uint16, sub byte) float32 {
 	return s * (float32(u) / 32)
 }
 
-// MCFBlockBytes returns the bytes of packed codes in one block of codes
-// that are bits wide: 32 (8 bits), 24 (6), 16 (4), 12 (3) or 8 (2); ok is
-// false for any other width.
-func MCFBlockBytes(bits int) (n int, ok bool) {
-	switch bits {
-	case 8, 6, 4, 3, 2:
-		return MCFBlockSize * bits / 8, true
-	}
-	return 0, false
-}
-
 // DequantizeBlocks writes len(scales) blocks of 32 float32 values,
 // little-endian, to dst, 128 bytes a block: value j of block i is
 // scales[i] * float32(code j), a float32 product, as MCF's reference
 // decoder computes it. The codes of block i are codes[i×B : (i+1)×B], B the
-// block bytes of MCFBlockBytes(bits): two's-complement integers, one signed
+// block bytes of mcflayout.BlockBytes(bits): two's-complement integers, one signed
 // byte each for 8 bits, otherwise an LSB-first bit stream (code j in stream
 // bits [bits·j, bits·(j+1)), stream bit k being bit k%8 of byte k/8).
 // Codes beyond a row's last column are written too; the caller drops them.
@@ -103,13 +87,13 @@ func MCFBlockBytes(bits int) (n int, ok bool) {
 // B×len(scales); anything else, or a width other than 8, 6, 4, 3 or 2, is
 // an error and dst is left untouched.
 func DequantizeBlocks(bits int, dst []byte, scales []float32, codes []byte) error {
-	bb, ok := MCFBlockBytes(bits)
+	bb, ok := mcflayout.BlockBytes(bits)
 	if !ok {
 		return fmt.Errorf("quant: MCF code width %d: want 8, 6, 4, 3 or 2 bits", bits)
 	}
 	n := uint64(len(scales))
-	if uint64(len(dst)) != 4*MCFBlockSize*n {
-		return fmt.Errorf("quant: %d MCF blocks need %d output bytes, have %d", n, 4*MCFBlockSize*n, len(dst))
+	if uint64(len(dst)) != 4*mcflayout.BlockSize*n {
+		return fmt.Errorf("quant: %d MCF blocks need %d output bytes, have %d", n, 4*mcflayout.BlockSize*n, len(dst))
 	}
 	if uint64(len(codes)) != uint64(bb)*n {
 		return fmt.Errorf("quant: %d MCF blocks of %d-bit codes need %d code bytes, have %d", n, bits, uint64(bb)*n, len(codes))
@@ -254,152 +238,6 @@ func dequant6(dst []byte, scales []float32, codes []byte) {
 	}
 }
 
-// mcfMethod describes one q*/k* method.
-type mcfMethod struct {
-	bits   int
-	kind   byte // 'q' or 'k'
-	blockB int  // packed bytes per block
-}
-
-func mcfMethodFor(method string) (mcfMethod, error) {
-	var m mcfMethod
-	switch method {
-	case "q8":
-		m = mcfMethod{bits: 8, kind: 'q'}
-	case "q4":
-		m = mcfMethod{bits: 4, kind: 'q'}
-	case "k6":
-		m = mcfMethod{bits: 6, kind: 'k'}
-	case "k4":
-		m = mcfMethod{bits: 4, kind: 'k'}
-	case "k3":
-		m = mcfMethod{bits: 3, kind: 'k'}
-	case "k2":
-		m = mcfMethod{bits: 2, kind: 'k'}
-	default:
-		return m, fmt.Errorf("quant: unknown MCF quantization method %q (want q8, q4, k6, k4, k3 or k2)", method)
-	}
-	m.blockB, _ = MCFBlockBytes(m.bits)
-	return m, nil
-}
-
-var errMCFTooLarge = errors.New("quant: MCF payload size overflows 64 bits")
-
-func mul64(a, b uint64) (uint64, bool) {
-	hi, lo := bits.Mul64(a, b)
-	return lo, hi == 0
-}
-
-func add64(a, b uint64) (uint64, bool) {
-	s, carry := bits.Add64(a, b, 0)
-	return s, carry == 0
-}
-
-func align64(x uint64) (uint64, bool) {
-	s, ok := add64(x, 63)
-	return s &^ 63, ok
-}
-
-// mcfLayout is where the regions of a q*/k* payload start, relative to the
-// payload (docs/formats/mcf.md, "Quantized payloads").
-type mcfLayout struct {
-	bpr, spr   uint64 // blocks and super-blocks (k only) per row
-	tb, ts     uint64 // total blocks and super-blocks (k only)
-	subOff     uint64 // k only
-	codesOff   uint64
-	size       uint64
-	codesBytes uint64
-}
-
-func layoutMCF(m mcfMethod, rows, cols uint64) (mcfLayout, error) {
-	if rows == 0 || cols == 0 {
-		return mcfLayout{}, fmt.Errorf("quant: MCF quantized tensor [%d, %d]: dimensions must be positive", rows, cols)
-	}
-	var l mcfLayout
-	l.bpr = (cols-1)/MCFBlockSize + 1
-	var ok, ok2 bool
-	if l.tb, ok = mul64(rows, l.bpr); !ok {
-		return l, errMCFTooLarge
-	}
-	if l.codesBytes, ok = mul64(l.tb, uint64(m.blockB)); !ok {
-		return l, errMCFTooLarge
-	}
-	if m.kind == 'q' {
-		scaleBytes, ok := mul64(l.tb, 2)
-		if l.codesOff, ok2 = align64(scaleBytes); !ok || !ok2 {
-			return l, errMCFTooLarge
-		}
-	} else {
-		l.spr = (l.bpr-1)/MCFSuperBlocks + 1
-		if l.ts, ok = mul64(rows, l.spr); !ok {
-			return l, errMCFTooLarge
-		}
-		superBytes, ok := mul64(l.ts, 2)
-		if l.subOff, ok2 = align64(superBytes); !ok || !ok2 {
-			return l, errMCFTooLarge
-		}
-		end, ok := add64(l.subOff, l.tb)
-		if l.codesOff, ok2 = align64(end); !ok || !ok2 {
-			return l, errMCFTooLarge
-		}
-	}
-	if l.size, ok = add64(l.codesOff, l.codesBytes); !ok {
-		return l, errMCFTooLarge
-	}
-	return l, nil
-}
-
-// MCFLayout locates the regions of a q*/k* payload (docs/formats/mcf.md,
-// "Quantized payloads"), in bytes from the payload's start: the float16 block
-// scales (q*) or super-block scales (k*) at 0, the 6-bit sub-scales (k* only)
-// and the packed codes.
-type MCFLayout struct {
-	BlocksPerRow, SuperBlocksPerRow uint64 // SuperBlocksPerRow: k* only
-	Blocks, SuperBlocks             uint64
-	BlockBytes                      uint64 // bytes of codes per block
-	ScalesLen                       uint64
-	SubScalesOff, SubScalesLen      uint64
-	CodesOff, CodesLen              uint64
-	Size                            uint64
-}
-
-// LayoutMCF returns the payload layout of method for a [rows, cols] tensor,
-// with the errors of MCFPayloadSize.
-func LayoutMCF(method string, rows, cols uint64) (MCFLayout, error) {
-	m, err := mcfMethodFor(method)
-	if err != nil {
-		return MCFLayout{}, err
-	}
-	l, err := layoutMCF(m, rows, cols)
-	if err != nil {
-		return MCFLayout{}, err
-	}
-	out := MCFLayout{BlocksPerRow: l.bpr, SuperBlocksPerRow: l.spr, Blocks: l.tb, SuperBlocks: l.ts,
-		BlockBytes: uint64(m.blockB), CodesOff: l.codesOff, CodesLen: l.codesBytes, Size: l.size}
-	if m.kind == 'q' {
-		out.ScalesLen = 2 * l.tb // cannot overflow: layoutMCF checked it
-	} else {
-		out.ScalesLen, out.SubScalesOff, out.SubScalesLen = 2*l.ts, l.subOff, l.tb
-	}
-	return out, nil
-}
-
-// MCFPayloadSize is the exact size of a q*/k* payload of a [rows, cols]
-// tensor (docs/formats/mcf.md, "Quantized payloads"): for q8 and q4
-// align64(2·TB) + TB·B, for k6, k4, k3 and k2
-// align64(align64(2·TS) + TB) + TB·B, with TB = rows·ceil(cols/32) blocks,
-// TS = rows·ceil(ceil(cols/32)/8) super-blocks and B the bytes of one
-// block's codes. Zero dimensions, unknown methods and sizes beyond 64 bits
-// are errors.
-func MCFPayloadSize(method string, rows, cols uint64) (uint64, error) {
-	m, err := mcfMethodFor(method)
-	if err != nil {
-		return 0, err
-	}
-	l, err := layoutMCF(m, rows, cols)
-	return l.size, err
-}
-
 // MCFClipBounds returns the clip bounds mantle's quantizer uses and records
 // by default: −maxAbs and +maxAbs, where maxAbs is the larger magnitude of
 // the smallest and the largest value of the whole tensor. The values should
@@ -461,7 +299,7 @@ func clamp32(v, lo, hi float32) float32 {
 
 // packCodes writes one block's codes, bits wide, to out as MCF stores them:
 // one byte each for 8 bits, otherwise an LSB-first bit stream.
-func packCodes(bits int, q *[MCFBlockSize]int8, out []byte) {
+func packCodes(bits int, q *[mcflayout.BlockSize]int8, out []byte) {
 	if bits == 8 {
 		for i, v := range q {
 			out[i] = byte(v)
@@ -500,14 +338,14 @@ func packCodes(bits int, q *[MCFBlockSize]int8, out []byte) {
 // Non-finite values, NaN bounds, minClip > maxClip, a value count other
 // than rows×cols and sizes that do not fit in memory are errors.
 func QuantizeMCF(method string, values []float32, rows, cols int, minClip, maxClip float32) ([]byte, error) {
-	m, err := mcfMethodFor(method)
+	m, err := mcflayout.MethodOf(method)
 	if err != nil {
 		return nil, err
 	}
 	if rows <= 0 || cols <= 0 {
 		return nil, fmt.Errorf("quant: MCF quantized tensor [%d, %d]: dimensions must be positive", rows, cols)
 	}
-	if n, ok := mul64(uint64(rows), uint64(cols)); !ok || n != uint64(len(values)) {
+	if hi, n := bits.Mul64(uint64(rows), uint64(cols)); hi != 0 || n != uint64(len(values)) {
 		return nil, fmt.Errorf("quant: MCF tensor [%d, %d] needs %d×%d values, have %d", rows, cols, rows, cols, len(values))
 	}
 	for _, v := range values {
@@ -521,24 +359,24 @@ func QuantizeMCF(method string, values []float32, rows, cols int, minClip, maxCl
 	if minClip > maxClip {
 		return nil, fmt.Errorf("quant: MCF quantization: min clip %g greater than max clip %g", minClip, maxClip)
 	}
-	l, err := layoutMCF(m, uint64(rows), uint64(cols))
+	l, err := m.Layout(uint64(rows), uint64(cols))
 	if err != nil {
 		return nil, err
 	}
-	if l.size > uint64(math.MaxInt) {
-		return nil, errMCFTooLarge
+	if l.Size > uint64(math.MaxInt) {
+		return nil, mcflayout.ErrTooLarge
 	}
-	payload := make([]byte, l.size)
-	codes := payload[l.codesOff:]
-	qMax := int32(1)<<(m.bits-1) - 1
+	payload := make([]byte, l.Size)
+	codes := payload[l.CodesOff:]
+	qMax := int32(1)<<(m.Bits-1) - 1
 	fqMax := float32(qMax)
-	bpr, spr := int(l.bpr), int(l.spr)
+	bpr, spr := int(l.BlocksPerRow), int(l.SuperBlocksPerRow)
 
 	// block loads block b of row r, clamped, zero-padded; it returns the
 	// number of real values and the largest magnitude.
-	var blk [MCFBlockSize]float32
+	var blk [mcflayout.BlockSize]float32
 	block := func(row []float32, b int) (int, float32) {
-		src := row[b*MCFBlockSize : min(len(row), (b+1)*MCFBlockSize)]
+		src := row[b*mcflayout.BlockSize : min(len(row), (b+1)*mcflayout.BlockSize)]
 		maxAbs := float32(0)
 		for i := range blk {
 			v := float32(0)
@@ -555,24 +393,24 @@ func QuantizeMCF(method string, values []float32, rows, cols int, minClip, maxCl
 	// encode quantizes blk with the given scale and packs block bi; q4
 	// leaves its pad codes at 0 where the others quantize the zeros (which
 	// matters only when 1/scale overflows).
-	var q [MCFBlockSize]int8
+	var q [mcflayout.BlockSize]int8
 	encode := func(bi int, scale float32, valid int) {
-		q = [MCFBlockSize]int8{}
+		q = [mcflayout.BlockSize]int8{}
 		if scale != 0 {
 			inv := 1 / scale
 			for i, v := range blk {
-				if m.kind == 'q' && m.bits == 4 && i >= valid {
+				if !m.K && m.Bits == 4 && i >= valid {
 					break
 				}
 				q[i] = quantCode(v*inv, qMax)
 			}
 		}
-		packCodes(m.bits, &q, codes[bi*m.blockB:(bi+1)*m.blockB])
+		packCodes(m.Bits, &q, codes[bi*m.BlockBytes:(bi+1)*m.BlockBytes])
 	}
 
 	for r := 0; r < rows; r++ {
 		row := values[r*cols : (r+1)*cols]
-		if m.kind == 'q' {
+		if !m.K {
 			for b := 0; b < bpr; b++ {
 				bi := r*bpr + b
 				valid, maxAbs := block(row, b)
@@ -586,10 +424,10 @@ func QuantizeMCF(method string, values []float32, rows, cols int, minClip, maxCl
 			continue
 		}
 		for s := 0; s < spr; s++ {
-			var blockScales [MCFSuperBlocks]float32
+			var blockScales [mcflayout.SuperBlocks]float32
 			super := float32(0)
-			for b := 0; b < MCFSuperBlocks && s*MCFSuperBlocks+b < bpr; b++ {
-				_, maxAbs := block(row, s*MCFSuperBlocks+b)
+			for b := 0; b < mcflayout.SuperBlocks && s*mcflayout.SuperBlocks+b < bpr; b++ {
+				_, maxAbs := block(row, s*mcflayout.SuperBlocks+b)
 				if maxAbs == 0 {
 					continue
 				}
@@ -599,19 +437,19 @@ func QuantizeMCF(method string, values []float32, rows, cols int, minClip, maxCl
 				}
 			}
 			binary.LittleEndian.PutUint16(payload[2*(r*spr+s):], F16Truncate(super))
-			for b := 0; b < MCFSuperBlocks && s*MCFSuperBlocks+b < bpr; b++ {
-				bi := r*bpr + s*MCFSuperBlocks + b
+			for b := 0; b < mcflayout.SuperBlocks && s*mcflayout.SuperBlocks+b < bpr; b++ {
+				bi := r*bpr + s*mcflayout.SuperBlocks + b
 				u := 0
 				if blockScales[b] > 0 && super > 0 {
 					u = int(math.Round(float64(blockScales[b] / super * 32)))
 					u = max(1, min(63, u))
 				}
-				payload[int(l.subOff)+bi] = byte(u)
+				payload[int(l.SubScalesOff)+bi] = byte(u)
 				scale := float32(0)
 				if u > 0 {
 					scale = super * (float32(u) / 32)
 				}
-				valid, _ := block(row, s*MCFSuperBlocks+b)
+				valid, _ := block(row, s*mcflayout.SuperBlocks+b)
 				encode(bi, scale, valid)
 			}
 		}

@@ -18,6 +18,8 @@ import (
 	"testing"
 
 	"github.com/x448/float16"
+
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
 
 // The MCF fixtures: the repository's copy, and the shared originals when
@@ -224,8 +226,8 @@ func TestMCFDequantizeFixtures(t *testing.T) {
 				if r.off%64 != 0 {
 					t.Errorf("payload offset %d not 64-aligned", r.off)
 				}
-				if want, err := MCFPayloadSize(r.dtype, r.shape[0], r.shape[1]); err != nil || want != r.size {
-					t.Errorf("MCFPayloadSize = %d, %v; the file has %d", want, err, r.size)
+				if want, err := mcflayout.PayloadSize(r.dtype, r.shape[0], r.shape[1]); err != nil || want != r.size {
+					t.Errorf("mcflayout.PayloadSize = %d, %v; the file has %d", want, err, r.size)
 				}
 				got := dequantMCF(t, r.dtype, int(r.shape[0]), int(r.shape[1]), payloadOf(t, files[r.file], r))
 				if sum := sha256.Sum256(got); hex.EncodeToString(sum[:]) != r.sha {
@@ -729,53 +731,6 @@ func TestMCFPackingExamples(t *testing.T) {
 	}
 }
 
-func TestMCFPayloadSize(t *testing.T) {
-	tests := []struct {
-		method     string
-		rows, cols uint64
-		want       uint64
-	}{
-		// The worked examples of docs/formats/mcf.md, "Quantized payloads".
-		{"k4", 4, 300, 768},
-		{"q8", 4, 300, 1408},
-		{"k3", 3, 32, 164},
-		{"q4", 8, 40, 320},
-		{"k2", 8, 40, 256},
-		{"k6", 2, 64, 224},
-		// The fixtures' other sizes.
-		{"q8", 8, 40, 576}, {"q8", 3, 32, 160}, {"q8", 2, 64, 192},
-		{"q4", 4, 300, 768}, {"q4", 3, 32, 112}, {"q4", 2, 64, 128},
-		{"k4", 8, 40, 384}, {"k4", 3, 32, 176}, {"k4", 2, 64, 192},
-		{"k2", 4, 300, 448}, {"k2", 3, 32, 152}, {"k2", 2, 64, 160},
-		{"q8", 1, 1, 64 + 32},
-		{"k6", 1, 257, 64 + 64 + 9*24},
-		// Large but representable: 2^32 rows of 2^20 columns.
-		{"k2", 1 << 32, 1 << 20, (1<<44)*2 + (1 << 47) + (1<<47)*8},
-	}
-	for _, tc := range tests {
-		got, err := MCFPayloadSize(tc.method, tc.rows, tc.cols)
-		if err != nil || got != tc.want {
-			t.Errorf("MCFPayloadSize(%s, %d, %d) = %d, %v; want %d", tc.method, tc.rows, tc.cols, got, err, tc.want)
-		}
-	}
-	bad := []struct {
-		method     string
-		rows, cols uint64
-	}{
-		{"q8", 0, 1}, {"k4", 1, 0}, {"int8", 1, 1}, {"Q8", 1, 1}, {"", 1, 1},
-		{"q8", math.MaxUint64, 1},
-		{"q8", 1, math.MaxUint64},
-		{"k2", 1 << 40, 1 << 40},
-		{"q4", 1 << 60, 32}, // 2·TB fits, TB·16 does not
-		{"k6", 2, math.MaxUint64 - 100},
-	}
-	for _, tc := range bad {
-		if got, err := MCFPayloadSize(tc.method, tc.rows, tc.cols); err == nil {
-			t.Errorf("MCFPayloadSize(%q, %d, %d) = %d, want an error", tc.method, tc.rows, tc.cols, got)
-		}
-	}
-}
-
 func TestQuantizeMCFErrors(t *testing.T) {
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	tests := []struct {
@@ -878,8 +833,8 @@ func TestQuantizeMCFRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if size, _ := MCFPayloadSize(method, uint64(rows), uint64(cols)); uint64(len(p)) != size {
-					t.Fatalf("payload %d bytes, MCFPayloadSize %d", len(p), size)
+				if size, _ := mcflayout.PayloadSize(method, uint64(rows), uint64(cols)); uint64(len(p)) != size {
+					t.Fatalf("payload %d bytes, mcflayout.PayloadSize %d", len(p), size)
 				}
 				got := float32sOf(dequantMCF(t, method, rows, cols, p))
 				bpr := (cols + 31) / 32
@@ -978,7 +933,7 @@ func FuzzDequantizeBlocks(f *testing.F) {
 		dstLen := max(0, 128*len(scales)+int(dstDelta))
 		dst := make([]byte, dstLen)
 		err := DequantizeBlocks(bits, dst, scales, codes)
-		_, okBits := MCFBlockBytes(bits)
+		_, okBits := mcflayout.BlockBytes(bits)
 		valid := okBits && dstLen == 128*len(scales) && len(codes) == len(scales)*32*bits/8
 		if !valid {
 			if err == nil {
@@ -1020,8 +975,8 @@ func FuzzQuantizeMCF(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if size, _ := MCFPayloadSize(method, uint64(rows), uint64(cols)); uint64(len(p)) != size {
-			t.Fatalf("payload %d bytes, MCFPayloadSize %d", len(p), size)
+		if size, _ := mcflayout.PayloadSize(method, uint64(rows), uint64(cols)); uint64(len(p)) != size {
+			t.Fatalf("payload %d bytes, mcflayout.PayloadSize %d", len(p), size)
 		}
 		// Scales of 2^16 and more are stored as f16 Inf (and Inf × 0 is
 		// NaN); below that the output is finite.

@@ -1,8 +1,3 @@
-// Package quant converts stored numeric encodings that NumPy lacks—bfloat16,
-// the float8 and float4 variants, and later block-quantized weights—into
-// the NumPy types tensor.npy holds. Every conversion to float32 is exact;
-// those to float16 (WidenerToF16For, F32ToF16) round to nearest even. All
-// work on whole runs of elements.
 package quant
 
 import (
@@ -32,29 +27,24 @@ func (w *Widener) Convert(dst, src []byte, n int) { w.convert(dst, src, n) }
 // or nil when the stored bytes already are that type (f32, i64, ...) or
 // when d has no tensor.npy form.
 func WidenerFor(d formats.DType) *Widener {
-	switch d {
-	case formats.BF16:
-		return &Widener{16, 4, bf16ToF32}
-	case formats.F8E4M3:
-		return table8(&f8e4m3Table)
-	case formats.F8E5M2:
-		return table8(&f8e5m2Table)
-	case formats.F8E4M3FNUZ:
-		return table8(&f8e4m3fnuzTable)
-	case formats.F8E5M2FNUZ:
-		return table8(&f8e5m2fnuzTable)
-	case formats.F8E8M0:
-		return table8(&f8e8m0Table)
-	case formats.F4E2M1:
-		return &Widener{4, 4, f4ToF32}
-	case formats.Bool:
-		return &Widener{8, 1, normalizeBool}
-	case formats.Bitmask:
-		return &Widener{1, 1, bitmaskToBool}
-	case formats.I4Offset8:
-		return &Widener{4, 1, int4Offset8ToI8}
+	if w, ok := wideners[d]; ok {
+		return w()
 	}
 	return nil
+}
+
+// wideners make the conversion of each dtype WidenerFor converts.
+var wideners = map[formats.DType]func() *Widener{
+	formats.BF16:       func() *Widener { return &Widener{16, 4, bf16ToF32} },
+	formats.F8E4M3:     func() *Widener { return table8(&f8e4m3Table) },
+	formats.F8E5M2:     func() *Widener { return table8(&f8e5m2Table) },
+	formats.F8E4M3FNUZ: func() *Widener { return table8(&f8e4m3fnuzTable) },
+	formats.F8E5M2FNUZ: func() *Widener { return table8(&f8e5m2fnuzTable) },
+	formats.F8E8M0:     func() *Widener { return table8(&f8e8m0Table) },
+	formats.F4E2M1:     func() *Widener { return &Widener{4, 4, f4ToF32} },
+	formats.Bool:       func() *Widener { return &Widener{8, 1, normalizeBool} },
+	formats.Bitmask:    func() *Widener { return &Widener{1, 1, bitmaskToBool} },
+	formats.I4Offset8:  func() *Widener { return &Widener{4, 1, int4Offset8ToI8} },
 }
 
 // bitmaskToBool expands bits stored most significant first (Tensogram's

@@ -23,23 +23,22 @@ import (
 // their sign where the stored type has one (the fnuz NaN 0x80 and
 // f8_e8m0's 0xFF become +NaN).
 func WidenerToF16For(d formats.DType) *Widener {
-	switch d {
-	case formats.BF16:
-		return &Widener{16, 2, bf16ToF16}
-	case formats.F8E4M3:
-		return table8to16(&f8e4m3F16)
-	case formats.F8E5M2:
-		return table8to16(&f8e5m2F16)
-	case formats.F8E4M3FNUZ:
-		return table8to16(&f8e4m3fnuzF16)
-	case formats.F8E5M2FNUZ:
-		return table8to16(&f8e5m2fnuzF16)
-	case formats.F8E8M0:
-		return table8to16(&f8e8m0F16)
-	case formats.F4E2M1:
-		return &Widener{4, 2, f4ToF16}
+	if w, ok := widenersToF16[d]; ok {
+		return w()
 	}
 	return WidenerFor(d) // bool, bitmask, i4_offset8: not float outputs; nil for the rest
+}
+
+// widenersToF16 make the conversion of each dtype WidenerToF16For has one
+// of its own for.
+var widenersToF16 = map[formats.DType]func() *Widener{
+	formats.BF16:       func() *Widener { return &Widener{16, 2, bf16ToF16} },
+	formats.F8E4M3:     func() *Widener { return table8to16(&f8e4m3F16) },
+	formats.F8E5M2:     func() *Widener { return table8to16(&f8e5m2F16) },
+	formats.F8E4M3FNUZ: func() *Widener { return table8to16(&f8e4m3fnuzF16) },
+	formats.F8E5M2FNUZ: func() *Widener { return table8to16(&f8e5m2fnuzF16) },
+	formats.F8E8M0:     func() *Widener { return table8to16(&f8e8m0F16) },
+	formats.F4E2M1:     func() *Widener { return &Widener{4, 2, f4ToF16} },
 }
 
 // F32ToF16 writes n IEEE binary16 values to dst (2n bytes, little-endian)

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/testenv"
 )
 
@@ -228,8 +228,8 @@ func TestServerInMemoryCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := ztensor.NewWriter(out)
-	if err := w.WriteObject("big", []uint64{size / 8}, "dense", nil, []ztensor.ComponentSpec{
+	w := ztensorwrite.NewWriter(out)
+	if err := w.WriteObject("big", []uint64{size / 8}, "dense", nil, []ztensorwrite.ComponentSpec{
 		{Role: "data", DType: "u64", Data: &patternReader{n: size}, Zstd: true}}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/convert"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -27,7 +27,7 @@ type convertFlags struct {
 }
 
 func newConvertCommand() *cobra.Command {
-	f := convertFlags{encoding: "raw", frameSize: ztensor.DefaultV2FrameSize, cache: cacheFlags{size: defaultCacheSize}}
+	f := convertFlags{encoding: "raw", frameSize: ztensorwrite.DefaultV2FrameSize, cache: cacheFlags{size: defaultCacheSize}}
 	cmd := &cobra.Command{
 		Use:   "convert [--encoding raw|zstd] [--force] [flags] SOURCE DEST",
 		Short: "Rewrite SOURCE, of any format ztfs mounts, as a zTensor v2 file",
@@ -104,7 +104,7 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 	conv := convert.Plan(s, opts)
 	placement := conv.Placement()
 	report, err := writeAtomically(dest, func(out *os.File) (*convert.Report, error) {
-		w, err := ztensor.NewV2Writer(out, ztensor.V2Options{Align: placement})
+		w, err := ztensorwrite.NewV2Writer(out, ztensorwrite.V2Options{Align: placement})
 		if err != nil {
 			return nil, err
 		}

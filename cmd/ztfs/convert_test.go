@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv"
@@ -113,7 +113,7 @@ func TestConvertInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = safetensors.Write(f, nil, []safetensors.TensorSpec{{Name: "w", DType: formats.U8, Shape: []uint64{uint64(len(data))}, Size: uint64(len(data)), Data: bytes.NewReader(data)}})
+	err = safetensorswrite.Write(f, nil, []safetensorswrite.TensorSpec{{Name: "w", DType: formats.U8, Shape: []uint64{uint64(len(data))}, Size: uint64(len(data)), Data: bytes.NewReader(data)}})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/testenv/faultfs"
 )
 
@@ -22,25 +22,25 @@ func writeVerifyZTensor(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := ztensor.NewWriter(f)
+	w := ztensorwrite.NewWriter(f)
 	for _, tc := range []struct {
 		name   string
 		zstd   bool
-		digest ztensor.Digest
+		digest ztensorwrite.Digest
 	}{
-		{"raw", false, ztensor.DigestNone},
-		{"raw_sha", false, ztensor.DigestSHA256},
-		{"zstd", true, ztensor.DigestNone},
-		{"zstd_sha", true, ztensor.DigestSHA256},
-		{"keep", false, ztensor.DigestSHA256},
+		{"raw", false, ztensorwrite.DigestNone},
+		{"raw_sha", false, ztensorwrite.DigestSHA256},
+		{"zstd", true, ztensorwrite.DigestNone},
+		{"zstd_sha", true, ztensorwrite.DigestSHA256},
+		{"keep", false, ztensorwrite.DigestSHA256},
 	} {
 		data := make([]byte, 256<<10)
 		for i := range data {
 			data[i] = byte(rng.Intn(16)) // compressible
 		}
-		c := ztensor.Dense("u8", data)
+		c := ztensorwrite.Dense("u8", data)
 		c.Zstd, c.ZstdFrameSize, c.Digest = tc.zstd, 64<<10, tc.digest
-		if err := w.WriteObject(tc.name, []uint64{uint64(len(data))}, "dense", nil, []ztensor.ComponentSpec{c}); err != nil {
+		if err := w.WriteObject(tc.name, []uint64{uint64(len(data))}, "dense", nil, []ztensorwrite.ComponentSpec{c}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -55,15 +55,15 @@ func writeVerifyZTensor(t *testing.T, path string) {
 // writeVerifySafetensors writes a safetensors file of three tensors.
 func writeVerifySafetensors(t *testing.T, path string) {
 	rng := rand.New(rand.NewSource(20))
-	var specs []safetensors.TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	for _, name := range []string{"a", "b", "keep"} {
 		data := make([]byte, 256<<10)
 		rng.Read(data)
-		specs = append(specs, safetensors.TensorSpec{Name: name, DType: formats.F32, Shape: []uint64{64 << 10},
+		specs = append(specs, safetensorswrite.TensorSpec{Name: name, DType: formats.F32, Shape: []uint64{64 << 10},
 			Size: uint64(len(data)), Data: bytes.NewReader(data)})
 	}
 	var buf bytes.Buffer
-	if err := safetensors.Write(&buf, nil, specs); err != nil {
+	if err := safetensorswrite.Write(&buf, nil, specs); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {

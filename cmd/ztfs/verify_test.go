@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/verify"
@@ -172,11 +172,11 @@ func tensogramFile(t *testing.T, hash bool) string {
 	for i := 0; i < 4096; i++ {
 		enc.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(math.Round(1000*math.Sin(float64(i)/50))/1000)))
 	}
-	obj := func(name string) tensogram.Object {
-		return tensogram.Object{DType: "float32", Shape: []uint64{4096}, Data: data, Compression: "zstd",
+	obj := func(name string) tensogramwrite.Object {
+		return tensogramwrite.Object{DType: "float32", Shape: []uint64{4096}, Data: data, Compression: "zstd",
 			Metadata: map[string]any{"name": name}}
 	}
-	b, err := tensogram.EncodeMessage(tensogram.Message{Objects: []tensogram.Object{obj("a"), obj("b")}, Hash: hash})
+	b, err := tensogramwrite.EncodeMessage(tensogramwrite.Message{Objects: []tensogramwrite.Object{obj("a"), obj("b")}, Hash: hash})
 	if err != nil {
 		t.Fatal(err)
 	}

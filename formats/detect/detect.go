@@ -12,6 +12,7 @@ import (
 	"github.com/ztfs/ztfs/formats/safetensors"
 	"github.com/ztfs/ztfs/formats/tensogram"
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 )
 
 // headSize is how much of a file detection looks at.
@@ -52,7 +53,7 @@ func Sniff(r io.ReaderAt, size int64) (string, error) {
 		// A zTensor v2 file whose first bytes are damaged still ends in
 		// the magic; its reader names the damage.
 		tail := make([]byte, 8)
-		if _, err := r.ReadAt(tail, size-8); err == nil && ztensor.SniffTail(tail) {
+		if _, err := r.ReadAt(tail, size-8); err == nil && ztensor2.SniffTail(tail) {
 			f = "ztensor"
 		}
 	}

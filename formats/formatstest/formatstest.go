@@ -1,5 +1,7 @@
-// Package formatstest checks, in tests, the errors the format readers
-// return for a file they refuse.
+// Package formatstest is what the tests of the format readers and writers
+// share: their fixtures (Testdata, ReadFixture), opening a file image
+// (OpenBytes, MustOpen), a component's stored bytes in the image (Stored),
+// and checking the error of a file a reader refuses (Refused).
 package formatstest
 
 import (

@@ -1,10 +1,10 @@
 package gguf
 
 import (
-	"encoding/json"
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
 // MetadataJSON returns the content of gguf_metadata.json: one JSON object
@@ -23,9 +23,9 @@ func (f *File) MetadataJSON() []byte {
 			b = append(b, ',')
 		}
 		b = append(b, "\n  "...)
-		b = appendString(b, kv.Key)
+		b = cborjson.AppendString(b, kv.Key, cborjson.EncodingJSON)
 		b = append(b, `: {"type": `...)
-		b = appendString(b, kv.TypeName())
+		b = cborjson.AppendString(b, kv.TypeName(), cborjson.EncodingJSON)
 		b = append(b, `, "value": `...)
 		b = appendValue(b, kv.Value)
 		b = append(b, '}')
@@ -41,7 +41,7 @@ func appendValue(b []byte, v any) []byte {
 	case Array:
 		return appendArray(b, x)
 	case string:
-		return appendString(b, x)
+		return cborjson.AppendString(b, x, cborjson.EncodingJSON)
 	case bool:
 		return strconv.AppendBool(b, x)
 	case uint8:
@@ -95,28 +95,10 @@ func appendArray(b []byte, a Array) []byte {
 	}, func(x Array) {
 		sep()
 		b = append(b, `{"type": `...)
-		b = appendString(b, "array["+x.Type.String()+"]")
+		b = cborjson.AppendString(b, "array["+x.Type.String()+"]", cborjson.EncodingJSON)
 		b = append(b, `, "value": `...)
 		b = appendArray(b, x)
 		b = append(b, '}')
 	}, func(v any) any { return v })
 	return append(b, ']')
-}
-
-// appendString appends s as a JSON string; bytes that are not UTF-8 become
-// U+FFFD, as encoding/json writes them.
-func appendString(b []byte, s string) []byte {
-	plain := utf8.ValidString(s)
-	for i := 0; plain && i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= 0x80 {
-			plain = false
-		}
-	}
-	if plain {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	q, _ := json.Marshal(s)
-	return append(b, q...)
 }

@@ -2,12 +2,13 @@ package gguf
 
 import (
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/cborjson"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // MetadataFile is the name of the root file holding every key-value pair.
@@ -50,13 +51,13 @@ func (f *File) Container() *formats.Container {
 }
 
 // plainDTypes maps the plain ggml types to dtypes.
-var plainDTypes = map[ggml.Type]formats.DType{
-	ggml.F32: formats.F32, ggml.F16: formats.F16, ggml.BF16: formats.BF16, ggml.F64: formats.F64,
-	ggml.I8: formats.I8, ggml.I16: formats.I16, ggml.I32: formats.I32, ggml.I64: formats.I64,
+var plainDTypes = map[ggmltype.Type]formats.DType{
+	ggmltype.F32: formats.F32, ggmltype.F16: formats.F16, ggmltype.BF16: formats.BF16, ggmltype.F64: formats.F64,
+	ggmltype.I8: formats.I8, ggmltype.I16: formats.I16, ggmltype.I32: formats.I32, ggmltype.I64: formats.I64,
 }
 
 // Layout returns the layout name of a quantized ggml type: "gguf_q4_k".
-func Layout(info ggml.Info) string { return "gguf_" + strings.ToLower(info.Name) }
+func Layout(info ggmltype.Info) string { return "gguf_" + strings.ToLower(info.Name) }
 
 func (f *File) tensor(ti TensorInfo) *formats.Tensor {
 	shape := make([]uint64, len(ti.NE))
@@ -150,58 +151,14 @@ func arrayAttribute(a Array) []any {
 // forEach calls scalar (through conv) for every scalar item of a and
 // nested for every array item.
 func forEach(a Array, scalar func(any), nested func(Array), conv func(any) any) {
-	switch v := a.Items.(type) {
-	case []Array:
+	if v, ok := a.Items.([]Array); ok {
 		for _, x := range v {
 			nested(x)
 		}
-	case []uint8:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int8:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []uint16:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int16:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []uint32:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int32:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []float32:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []bool:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []string:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []uint64:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []int64:
-		for _, x := range v {
-			scalar(conv(x))
-		}
-	case []float64:
-		for _, x := range v {
-			scalar(conv(x))
-		}
+		return
+	}
+	v := reflect.ValueOf(a.Items)
+	for i := range a.Len() {
+		scalar(conv(v.Index(i).Interface()))
 	}
 }

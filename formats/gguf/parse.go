@@ -10,7 +10,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 var le = binary.LittleEndian
@@ -43,8 +43,8 @@ type TensorInfo struct {
 	Name string
 	// NE is the dimensions as stored, fastest-varying first.
 	NE   []uint64
-	Type ggml.Type
-	Info ggml.Info
+	Type ggmltype.Type
+	Info ggmltype.Info
 	// Offset is relative to the data section, as stored.
 	Offset uint64
 	// Elements is the product of NE; Bytes the stored size.
@@ -348,12 +348,6 @@ func fixedItems(t ValueType, b []byte, n int, what string) (any, error) {
 	switch t {
 	case TypeUint8:
 		return bytes.Clone(b), nil
-	case TypeInt8:
-		v := make([]int8, n)
-		for i := range v {
-			v[i] = int8(b[i])
-		}
-		return v, nil
 	case TypeBool:
 		v := make([]bool, n)
 		for i := range v {
@@ -363,54 +357,35 @@ func fixedItems(t ValueType, b []byte, n int, what string) (any, error) {
 			}
 		}
 		return v, nil
-	case TypeUint16:
-		v := make([]uint16, n)
-		for i := range v {
-			v[i] = le.Uint16(b[2*i:])
-		}
-		return v, nil
-	case TypeInt16:
-		v := make([]int16, n)
-		for i := range v {
-			v[i] = int16(le.Uint16(b[2*i:]))
-		}
-		return v, nil
-	case TypeUint32:
-		v := make([]uint32, n)
-		for i := range v {
-			v[i] = le.Uint32(b[4*i:])
-		}
-		return v, nil
-	case TypeInt32:
-		v := make([]int32, n)
-		for i := range v {
-			v[i] = int32(le.Uint32(b[4*i:]))
-		}
-		return v, nil
-	case TypeFloat32:
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = math.Float32frombits(le.Uint32(b[4*i:]))
-		}
-		return v, nil
-	case TypeUint64:
-		v := make([]uint64, n)
-		for i := range v {
-			v[i] = le.Uint64(b[8*i:])
-		}
-		return v, nil
-	case TypeInt64:
-		v := make([]int64, n)
-		for i := range v {
-			v[i] = int64(le.Uint64(b[8*i:]))
-		}
-		return v, nil
 	}
-	v := make([]float64, n)
+	return numbers[t](b, n), nil
+}
+
+// numbers decodes n little-endian numbers of each numeric type but uint8
+// (which is its bytes).
+var numbers = map[ValueType]func(b []byte, n int) any{
+	TypeInt8:   func(b []byte, n int) any { return decode(b, n, 1, func(b []byte) int8 { return int8(b[0]) }) },
+	TypeUint16: func(b []byte, n int) any { return decode(b, n, 2, le.Uint16) },
+	TypeInt16:  func(b []byte, n int) any { return decode(b, n, 2, func(b []byte) int16 { return int16(le.Uint16(b)) }) },
+	TypeUint32: func(b []byte, n int) any { return decode(b, n, 4, le.Uint32) },
+	TypeInt32:  func(b []byte, n int) any { return decode(b, n, 4, func(b []byte) int32 { return int32(le.Uint32(b)) }) },
+	TypeFloat32: func(b []byte, n int) any {
+		return decode(b, n, 4, func(b []byte) float32 { return math.Float32frombits(le.Uint32(b)) })
+	},
+	TypeUint64: func(b []byte, n int) any { return decode(b, n, 8, le.Uint64) },
+	TypeInt64:  func(b []byte, n int) any { return decode(b, n, 8, func(b []byte) int64 { return int64(le.Uint64(b)) }) },
+	TypeFloat64: func(b []byte, n int) any {
+		return decode(b, n, 8, func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) })
+	},
+}
+
+// decode returns the n items of width bytes each that item reads from b.
+func decode[T any](b []byte, n, width int, item func([]byte) T) []T {
+	v := make([]T, n)
 	for i := range v {
-		v[i] = math.Float64frombits(le.Uint64(b[8*i:]))
+		v[i] = item(b[width*i:])
 	}
-	return v, nil
+	return v
 }
 
 func (f *File) readTensorInfos(c *cursor, n uint64) error {
@@ -448,8 +423,8 @@ func (f *File) readTensorInfos(c *cursor, n uint64) error {
 		if ti.Offset, err = c.u64("offset"); err != nil {
 			return formats.InTensor(name, err)
 		}
-		ti.Type = ggml.Type(typ)
-		if ti.Info, err = ggml.Lookup(ti.Type); err != nil {
+		ti.Type = ggmltype.Type(typ)
+		if ti.Info, err = ggmltype.Lookup(ti.Type); err != nil {
 			return formats.InTensor(name, formats.Unsupported("type id %d: %v", typ, err))
 		}
 		// Every dimension and every partial product must stay within

@@ -1,6 +1,9 @@
 package gguf
 
-import "fmt"
+import (
+	"fmt"
+	"reflect"
+)
 
 // ValueType is the type of a metadata value (GGUF's gguf_type).
 type ValueType uint32
@@ -83,33 +86,8 @@ type Array struct {
 
 // Len returns the number of items of a.
 func (a Array) Len() int {
-	switch v := a.Items.(type) {
-	case []uint8:
-		return len(v)
-	case []int8:
-		return len(v)
-	case []uint16:
-		return len(v)
-	case []int16:
-		return len(v)
-	case []uint32:
-		return len(v)
-	case []int32:
-		return len(v)
-	case []float32:
-		return len(v)
-	case []bool:
-		return len(v)
-	case []string:
-		return len(v)
-	case []uint64:
-		return len(v)
-	case []int64:
-		return len(v)
-	case []float64:
-		return len(v)
-	case []Array:
-		return len(v)
+	if v := reflect.ValueOf(a.Items); v.Kind() == reflect.Slice {
+		return v.Len()
 	}
 	return 0
 }

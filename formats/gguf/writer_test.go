@@ -11,14 +11,14 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // testTensor is a tensor for writeGGUF: its ne, type and stored bytes.
 type testTensor struct {
 	name string
 	ne   []uint64
-	typ  ggml.Type
+	typ  ggmltype.Type
 	data []byte
 }
 
@@ -107,13 +107,13 @@ func TestRoundTrip(t *testing.T) {
 		{"a.long", TypeArray, Array{TypeUint8, make([]uint8, maxAttributeItems+1)}},
 	}
 	tensors := []testTensor{
-		{"f32", []uint64{3, 2}, ggml.F32, make([]byte, 24)},
-		{"bf16", []uint64{5}, ggml.BF16, make([]byte, 10)},
-		{"i64", []uint64{1, 1, 1, 2}, ggml.I64, make([]byte, 16)},
-		{"q4_k", []uint64{256, 2}, ggml.Q4_K, bytes.Repeat([]byte{7}, 288)},
-		{"q8_0", []uint64{64}, ggml.Q8_0, bytes.Repeat([]byte{1}, 68)},
-		{"q8_k", []uint64{256}, ggml.Q8_K, make([]byte, 292)},
-		{"empty", []uint64{32, 0}, ggml.Q4_0, nil},
+		{"f32", []uint64{3, 2}, ggmltype.F32, make([]byte, 24)},
+		{"bf16", []uint64{5}, ggmltype.BF16, make([]byte, 10)},
+		{"i64", []uint64{1, 1, 1, 2}, ggmltype.I64, make([]byte, 16)},
+		{"q4_k", []uint64{256, 2}, ggmltype.Q4_K, bytes.Repeat([]byte{7}, 288)},
+		{"q8_0", []uint64{64}, ggmltype.Q8_0, bytes.Repeat([]byte{1}, 68)},
+		{"q8_k", []uint64{256}, ggmltype.Q8_K, make([]byte, 292)},
+		{"empty", []uint64{32, 0}, ggmltype.Q4_0, nil},
 	}
 	file := writeGGUF(kvs, tensors, 64)
 	f, err := Parse(bytes.NewReader(file), int64(len(file)))

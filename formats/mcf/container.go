@@ -50,7 +50,7 @@ func build(c *formats.Container, h *header, secs []*section, x *index, qi *quant
 		"header": map[string]any{
 			"major":              uint64(h.major),
 			"minor":              uint64(h.minor),
-			"header_size":        uint64(h.headerSize),
+			"header_size":        uint64(h.HeaderSize),
 			"section_count":      uint64(h.count),
 			"section_dir_offset": h.dirOff,
 			"file_size":          h.fileSize,
@@ -96,7 +96,7 @@ func build(c *formats.Container, h *header, secs []*section, x *index, qi *quant
 	byDType := map[string]any{}
 	quantized := uint64(0)
 	for _, e := range x.entries {
-		if e.info.family != famPlain {
+		if e.info.family != FamilyPlain {
 			quantized++
 			n, _ := byDType[e.info.name].(uint64)
 			byDType[e.info.name] = n + 1
@@ -182,12 +182,12 @@ func tensor(e *entry) *formats.Tensor {
 		return &formats.Component{Role: role, DType: d, Offset: off, Length: n, Encoding: formats.Raw, Size: int64(n)}
 	}
 	switch e.info.family {
-	case famPlain:
+	case FamilyPlain:
 		t.DType, t.Layout = e.info.dtype, "dense"
 		t.Components = []*formats.Component{region("data", e.info.dtype, e.off, e.size)}
 		t.Logical = formats.Dense{Role: "data", DType: e.info.dtype}
 
-	case famQ, famK:
+	case FamilyQ, FamilyK:
 		l := e.quant
 		t.DType, t.Layout = formats.F32, "mcf_"+e.info.name
 		t.Attributes["bits"] = int64(l.Bits)
@@ -196,7 +196,7 @@ func tensor(e *entry) *formats.Tensor {
 		payload.StoredAttributes = map[string]any{"note": "the whole stored payload; the other components are regions of it"}
 		codes := region("packed_weight", formats.U8, e.off+l.Codes.Offset, l.Codes.Length)
 		q := formats.BlockQuantized{Bits: l.Bits, Rows: l.Rows, Cols: l.Cols, BlockSize: quantBlock, Codes: "packed_weight"}
-		if e.info.family == famQ {
+		if e.info.family == FamilyQ {
 			t.Components = []*formats.Component{payload, region("scales", formats.F16, e.off+l.Scales.Offset, l.Scales.Length), codes}
 			q.Scales = "scales"
 		} else {
@@ -209,7 +209,7 @@ func tensor(e *entry) *formats.Tensor {
 		}
 		t.Logical = q
 
-	case famInt:
+	case FamilyInt:
 		t.DType = formats.I8
 		if e.bare {
 			t.Layout = "mcf_" + e.info.name + "_unscaled"

@@ -1,5 +1,5 @@
-// Package mcf reads and writes MCF (Model Container Format) files, the
-// single-file model containers of mantle (samcharles93/mantle).
+// Package mcf reads MCF (Model Container Format) files, the single-file
+// model containers of mantle (samcharles93/mantle).
 //
 // An MCF file is a 40-byte header, sections at 8-aligned offsets (resource
 // files such as config.json and tokenizer.json, ModelInfo, TensorData,
@@ -14,7 +14,5 @@
 // int8/int4 embeddings as their codes, and the resource sections as root files
 // next to a decoded model_info.json.
 //
-// Write produces files in the byte layout of mantle's pack command (or, as an
-// option, of its quantize command) from tensors whose stored bytes are given;
-// quantizing float values into q*/k* payloads is not done here.
+// Package mcfwrite writes them, as mantle's pack and quantize commands do.
 package mcf

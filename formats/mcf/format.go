@@ -5,7 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/quant"
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
 
 // Magic starts every MCF file.
@@ -27,13 +27,13 @@ const FlagTensorDataAligned64 = 1
 // Fixed sizes of the binary structures (docs/formats/mcf.md, "Header" to
 // "QuantInfo").
 const (
-	headerSize      = 40
-	dirEntrySize    = 24
-	indexHeaderSize = 48
-	indexEntrySize  = 40
+	HeaderSize      = 40
+	DirEntrySize    = 24
+	IndexHeaderSize = 48
+	IndexEntrySize  = 40
 	quantHeaderSize = 8
 	quantRecordSize = 24
-	sectionAlign    = 8
+	SectionAlign    = 8
 )
 
 // Section types.
@@ -77,8 +77,8 @@ var ResourceNames = []string{
 	"tokenizer_config.json", "vocab.json", "merges.txt",
 }
 
-// resourceType returns the section type holding the named file.
-func resourceType(name string) (uint32, bool) {
+// ResourceType returns the section type holding the named file.
+func ResourceType(name string) (uint32, bool) {
 	for i, n := range ResourceNames {
 		if n == name {
 			return resourceTypes[i], true
@@ -116,20 +116,21 @@ const (
 	DTypeK2      uint16 = 0x33
 )
 
-// family groups dtype codes by how their bytes are laid out.
-type family int
+// Family groups dtype codes by how their bytes are laid out.
+type Family int
 
+// The dtype families.
 const (
-	famPlain family = iota + 1
-	famInt          // int8 / int4: mantle's bare codes
-	famQ            // q8 / q4: block scales, codes
-	famK            // k6 / k4 / k3 / k2: super scales, sub-scales, codes
+	FamilyPlain Family = iota + 1 // elements of a plain type
+	FamilyInt                     // int8 / int4: mantle's bare codes
+	FamilyQ                       // q8 / q4: block scales, codes
+	FamilyK                       // k6 / k4 / k3 / k2: super scales, sub-scales, codes
 )
 
 // dtypeInfo describes one assigned dtype code.
 type dtypeInfo struct {
 	name   string
-	family family
+	family Family
 	// plain: the element type; int*: the code type of the stored data.
 	dtype formats.DType
 	// plain: bytes per element.
@@ -139,26 +140,33 @@ type dtypeInfo struct {
 }
 
 var dtypeTable = map[uint16]dtypeInfo{
-	DTypeF32:  {"f32", famPlain, formats.F32, 4, 0},
-	DTypeF16:  {"f16", famPlain, formats.F16, 2, 0},
-	DTypeBF16: {"bf16", famPlain, formats.BF16, 2, 0},
-	DTypeF64:  {"f64", famPlain, formats.F64, 8, 0},
-	DTypeI8:   {"i8", famPlain, formats.I8, 1, 0},
-	DTypeU8:   {"u8", famPlain, formats.U8, 1, 0},
-	DTypeI16:  {"i16", famPlain, formats.I16, 2, 0},
-	DTypeU16:  {"u16", famPlain, formats.U16, 2, 0},
-	DTypeI32:  {"i32", famPlain, formats.I32, 4, 0},
-	DTypeU32:  {"u32", famPlain, formats.U32, 4, 0},
-	DTypeI64:  {"i64", famPlain, formats.I64, 8, 0},
-	DTypeU64:  {"u64", famPlain, formats.U64, 8, 0},
-	DTypeInt8: {"int8", famInt, formats.I8, 0, 8},
-	DTypeInt4: {"int4", famInt, formats.I4Offset8, 0, 4},
-	DTypeQ8:   {"q8", famQ, formats.F32, 0, 8},
-	DTypeQ4:   {"q4", famQ, formats.F32, 0, 4},
-	DTypeK6:   {"k6", famK, formats.F32, 0, 6},
-	DTypeK4:   {"k4", famK, formats.F32, 0, 4},
-	DTypeK3:   {"k3", famK, formats.F32, 0, 3},
-	DTypeK2:   {"k2", famK, formats.F32, 0, 2},
+	DTypeF32:  {"f32", FamilyPlain, formats.F32, 4, 0},
+	DTypeF16:  {"f16", FamilyPlain, formats.F16, 2, 0},
+	DTypeBF16: {"bf16", FamilyPlain, formats.BF16, 2, 0},
+	DTypeF64:  {"f64", FamilyPlain, formats.F64, 8, 0},
+	DTypeI8:   {"i8", FamilyPlain, formats.I8, 1, 0},
+	DTypeU8:   {"u8", FamilyPlain, formats.U8, 1, 0},
+	DTypeI16:  {"i16", FamilyPlain, formats.I16, 2, 0},
+	DTypeU16:  {"u16", FamilyPlain, formats.U16, 2, 0},
+	DTypeI32:  {"i32", FamilyPlain, formats.I32, 4, 0},
+	DTypeU32:  {"u32", FamilyPlain, formats.U32, 4, 0},
+	DTypeI64:  {"i64", FamilyPlain, formats.I64, 8, 0},
+	DTypeU64:  {"u64", FamilyPlain, formats.U64, 8, 0},
+	DTypeInt8: {"int8", FamilyInt, formats.I8, 0, 8},
+	DTypeInt4: {"int4", FamilyInt, formats.I4Offset8, 0, 4},
+	DTypeQ8:   {"q8", FamilyQ, formats.F32, 0, 8},
+	DTypeQ4:   {"q4", FamilyQ, formats.F32, 0, 4},
+	DTypeK6:   {"k6", FamilyK, formats.F32, 0, 6},
+	DTypeK4:   {"k4", FamilyK, formats.F32, 0, 4},
+	DTypeK3:   {"k3", FamilyK, formats.F32, 0, 3},
+	DTypeK2:   {"k2", FamilyK, formats.F32, 0, 2},
+}
+
+// DTypeFamily returns the family of an MCF dtype code and, for a plain
+// one, its bytes per element; ok is false for an unassigned code.
+func DTypeFamily(code uint16) (f Family, elemSize uint64, ok bool) {
+	info, ok := dtypeTable[code]
+	return info.family, info.size, ok
 }
 
 // DTypeName returns the name of an MCF dtype code ("f32", "k4", ...), or
@@ -180,7 +188,7 @@ const (
 	quantBlock       = 32  // values per block
 	quantSuperBlocks = 8   // blocks per super-block
 	quantSuper       = 256 // values per super-block
-	payloadAlign     = 64
+	PayloadAlign     = 64  // alignment of every quantized payload
 )
 
 // QuantLayout locates the regions of a q*/k* payload, relative to the
@@ -208,13 +216,13 @@ func mul(a, b uint64) (uint64, bool) {
 
 // Quant returns the payload layout of a quantized dtype code (q8, q4, k6,
 // k4, k3, k2) for a [rows, cols] tensor, with overflow-checked arithmetic;
-// the geometry itself is quant.LayoutMCF's, which the quantizer writes by.
+// the geometry itself is quant/mcflayout's, which the quantizer writes by.
 func Quant(code uint16, rows, cols uint64) (QuantLayout, error) {
 	info, ok := dtypeTable[code]
-	if !ok || (info.family != famQ && info.family != famK) {
+	if !ok || (info.family != FamilyQ && info.family != FamilyK) {
 		return QuantLayout{}, fmt.Errorf("dtype %s is not a block-quantized type", dtypeLabel(uint32(code)))
 	}
-	q, err := quant.LayoutMCF(info.name, rows, cols)
+	q, err := mcflayout.Of(info.name, rows, cols)
 	if err != nil {
 		return QuantLayout{}, err
 	}

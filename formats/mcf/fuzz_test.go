@@ -1,4 +1,4 @@
-package mcf
+package mcf_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/mcf"
+	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
 )
 
 // FuzzOpen runs the whole reader on arbitrary files, seeded with every
@@ -33,7 +36,7 @@ func FuzzOpen(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, file []byte) {
-		c, err := open(file)
+		c, err := formatstest.OpenBytes(mcf.Open, file)
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("multi-line error %q", err)
@@ -63,7 +66,7 @@ func checkInvariants(t *testing.T, c *formats.Container, size uint64) {
 		}
 		names[x.Name] = true
 		n, err := formats.ElementCount(x.Shape)
-		if err != nil || n == 0 || len(x.Shape) > maxRank {
+		if err != nil || n == 0 || len(x.Shape) > mcf.MaxRank {
 			t.Fatalf("tensor %q: shape %v", x.Name, x.Shape)
 		}
 		if (x.Logical == nil) == (x.Unsupported == "") {
@@ -108,18 +111,18 @@ func checkInvariants(t *testing.T, c *formats.Container, size uint64) {
 // strings, JSON-ready output, and decode(encode(m)) == m.
 func FuzzModelInfo(f *testing.F) {
 	for _, name := range []string{"tiny_f32.mcf", "tiny_k4.mcf"} {
-		b := readFixture(f, name)
+		b := formatstest.ReadFixture(f, "mcf", name)
 		l := layoutOf(f, b)
-		s := l.sections[SectionModelInfo]
+		s := l.sections[mcf.SectionModelInfo]
 		f.Add(b[s[0] : s[0]+s[1]])
 	}
 	f.Add([]byte("{}"))
 	f.Add([]byte("model-info"))
-	enc, _ := EncodeModelInfo(&ModelInfo{Arch: 9, RopeType: 7, RopeFreqBase: float32(math.Inf(1)), BaseModel: "b\xff",
-		Extras: []KV{{Key: "f", Type: KVFloat32, F32: -0.5}, {Key: "s", Type: KVString, String: "v"}, {Key: "u", Type: KVUint32, U32: 7}}})
+	enc, _ := mcfwrite.EncodeModelInfo(&mcf.ModelInfo{Arch: 9, RopeType: 7, RopeFreqBase: float32(math.Inf(1)), BaseModel: "b\xff",
+		Extras: []mcf.KV{{Key: "f", Type: mcf.KVFloat32, F32: -0.5}, {Key: "s", Type: mcf.KVString, String: "v"}, {Key: "u", Type: mcf.KVUint32, U32: 7}}})
 	f.Add(enc)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		mi, err := DecodeModelInfo(b)
+		mi, err := mcf.DecodeModelInfo(b)
 		if err != nil {
 			return
 		}
@@ -133,43 +136,43 @@ func FuzzModelInfo(f *testing.F) {
 		if _, err := json.Marshal(mi.JSON()); err != nil {
 			t.Fatalf("JSON: %v", err)
 		}
-		if _, err := mi.jsonText(); err != nil {
+		if _, err := mi.JSONText(); err != nil {
 			t.Fatalf("jsonText: %v", err)
 		}
-		out, err := EncodeModelInfo(mi)
+		out, err := mcfwrite.EncodeModelInfo(mi)
 		if err != nil {
 			return // empty or repeated keys, non-finite floats: mantle refuses them too
 		}
-		back, err := DecodeModelInfo(out)
+		back, err := mcf.DecodeModelInfo(out)
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
 		want := *mi
 		want.Extras = slices.Clone(mi.Extras)
-		slices.SortStableFunc(want.Extras, func(a, b KV) int { return strings.Compare(a.Key, b.Key) })
+		slices.SortStableFunc(want.Extras, func(a, b mcf.KV) int { return strings.Compare(a.Key, b.Key) })
 		// Fields a value type does not use are not encoded.
 		for i := range want.Extras {
 			kv := &want.Extras[i]
 			switch kv.Type {
-			case KVUint32:
+			case mcf.KVUint32:
 				kv.F32, kv.String = 0, ""
-			case KVFloat32:
+			case mcf.KVFloat32:
 				kv.U32, kv.String = 0, ""
-			case KVString:
+			case mcf.KVString:
 				kv.U32, kv.F32 = 0, 0
 			}
 		}
 		if !sameModelInfo(back, &want) {
 			t.Fatalf("round trip:\n%+v\n%+v", back, &want)
 		}
-		if again, _ := EncodeModelInfo(back); string(again) != string(out) {
+		if again, _ := mcfwrite.EncodeModelInfo(back); string(again) != string(out) {
 			t.Fatal("encoding is not stable")
 		}
 	})
 }
 
 // sameModelInfo compares bit patterns of the floats (NaN == NaN).
-func sameModelInfo(a, b *ModelInfo) bool {
+func sameModelInfo(a, b *mcf.ModelInfo) bool {
 	bitsEq := func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }
 	if !bitsEq(a.RopeFreqBase, b.RopeFreqBase) || !bitsEq(a.RopeScale, b.RopeScale) || len(a.Extras) != len(b.Extras) {
 		return false

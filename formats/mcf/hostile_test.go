@@ -1,17 +1,20 @@
-package mcf
+package mcf_test
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"io"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/mcf"
+	"github.com/ztfs/ztfs/formats/mcf/mcftest"
+	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
 )
 
 // TestTruncation cuts tiny_k4.mcf at every byte: as is (FileSize then
@@ -19,15 +22,15 @@ import (
 // reaches the directory and section checks. Every cut is an error, none a
 // panic.
 func TestTruncation(t *testing.T) {
-	b := readFixture(t, "tiny_k4.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
 	for n := 0; n < len(b); n++ {
 		cut := bytes.Clone(b[:n])
-		if _, err := open(cut); err == nil {
+		if _, err := formatstest.OpenBytes(mcf.Open, cut); err == nil {
 			t.Fatalf("cut at %d accepted", n)
 		}
 		if n >= 32 {
 			binary.LittleEndian.PutUint64(cut[24:], uint64(n))
-			if _, err := open(cut); err == nil {
+			if _, err := formatstest.OpenBytes(mcf.Open, cut); err == nil {
 				t.Fatalf("cut at %d with FileSize patched accepted", n)
 			}
 		}
@@ -77,7 +80,7 @@ func TestHostile(t *testing.T) {
 	quant := func(off int, v ...byte) func([]byte, fileLayout) []byte { // bytes of the QuantInfo section
 		return func(b []byte, l fileLayout) []byte {
 			b = bytes.Clone(b)
-			copy(b[l.sections[SectionQuantInfo][0]+off:], v)
+			copy(b[l.sections[mcf.SectionQuantInfo][0]+off:], v)
 			return b
 		}
 	}
@@ -98,7 +101,7 @@ func TestHostile(t *testing.T) {
 			}
 		})},
 		{"header size 48 with sections moved", f32, func(b []byte, _ fileLayout) []byte { return shift(t, b, 8) }, "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
-			if c.Attributes["header"].(map[string]any)["header_size"] != uint64(48) || storedExtent(c.Tensors[0]).Offset != 1288 {
+			if c.Attributes["header"].(map[string]any)["header_size"] != uint64(48) || mcftest.StoredExtent(c.Tensors[0]).Offset != 1288 {
 				t.Error("shifted file misread")
 			}
 		})},
@@ -110,34 +113,34 @@ func TestHostile(t *testing.T) {
 		{"directory offset 2^64-8", f32, func(b []byte, _ fileLayout) []byte { return put64(b, 16, math.MaxUint64-7) }, "section directory [18446744073709551608, +216) extends past the end", nil},
 		{"directory in the header", f32, func(b []byte, _ fileLayout) []byte { return put64(b, 16, 8) }, "section directory offset 8 lies inside the header", nil},
 		{"section offset overflows", f32, func(b []byte, l fileLayout) []byte {
-			return dirField(SectionConfigJSON, 16, 16)(dirField(SectionConfigJSON, 8, math.MaxUint64-7)(b, l), l)
+			return dirField(mcf.SectionConfigJSON, 16, 16)(dirField(mcf.SectionConfigJSON, 8, math.MaxUint64-7)(b, l), l)
 		}, "section config.json (0x0100) [18446744073709551608, +16) extends past the end", nil},
-		{"section size 2^64-1", f32, dirField(SectionMergesTXT, 16, math.MaxUint64), "section merges.txt (0x0105) [992, +18446744073709551615) extends past", nil},
-		{"section at 0", f32, dirField(SectionConfigJSON, 8, 0), "section config.json (0x0100) at offset 0 starts before HeaderSize 40", nil},
+		{"section size 2^64-1", f32, dirField(mcf.SectionMergesTXT, 16, math.MaxUint64), "section merges.txt (0x0105) [992, +18446744073709551615) extends past", nil},
+		{"section at 0", f32, dirField(mcf.SectionConfigJSON, 8, 0), "section config.json (0x0100) at offset 0 starts before HeaderSize 40", nil},
 		{"empty section inside the directory", f32, func(b []byte, l fileLayout) []byte {
-			return dirField(SectionMergesTXT, 16, 0)(dirField(SectionMergesTXT, 8, uint64(l.dirOff+8))(b, l), l)
+			return dirField(mcf.SectionMergesTXT, 16, 0)(dirField(mcf.SectionMergesTXT, 8, uint64(l.dirOff+8))(b, l), l)
 		}, "section merges.txt (0x0105) [8648, +0) overlaps the section directory", nil},
 		{"empty section at the directory", f32, func(b []byte, l fileLayout) []byte {
-			return dirField(SectionMergesTXT, 16, 0)(dirField(SectionMergesTXT, 8, uint64(l.dirOff))(b, l), l)
+			return dirField(mcf.SectionMergesTXT, 16, 0)(dirField(mcf.SectionMergesTXT, 8, uint64(l.dirOff))(b, l), l)
 		}, "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
-			if f := fileByName(c, "merges.txt"); f == nil || f.Length != 0 {
+			if f := mcftest.FileByName(c, "merges.txt"); f == nil || f.Length != 0 {
 				t.Errorf("merges.txt %+v", f)
 			}
 		})},
-		{"overlapping resources", f32, dirField(SectionGenerationJSON, 8, 360), "sections config.json (0x0100) [40, +327) and generation_config.json (0x0101) [360, +38) overlap", nil},
-		{"index overlaps tensor data", f32, dirField(SectionTensorIndex, 8, 8024), "sections TensorData (0x0004) [1248, +6784) and TensorIndex (0x0003) [8024, +604) overlap", nil},
+		{"overlapping resources", f32, dirField(mcf.SectionGenerationJSON, 8, 360), "sections config.json (0x0100) [40, +327) and generation_config.json (0x0101) [360, +38) overlap", nil},
+		{"index overlaps tensor data", f32, dirField(mcf.SectionTensorIndex, 8, 8024), "sections TensorData (0x0004) [1248, +6784) and TensorIndex (0x0003) [8024, +604) overlap", nil},
 		{"section inside another", f32, func(b []byte, l fileLayout) []byte {
-			return dirField(SectionMergesTXT, 16, 8)(dirField(SectionMergesTXT, 8, 2000)(b, l), l)
+			return dirField(mcf.SectionMergesTXT, 16, 8)(dirField(mcf.SectionMergesTXT, 8, 2000)(b, l), l)
 		}, "sections TensorData (0x0004) [1248, +6784) and merges.txt (0x0105) [2000, +8) overlap", nil},
 		{"same extent twice", f32, func(b []byte, l fileLayout) []byte {
-			return dirField(SectionMergesTXT, 16, 38)(dirField(SectionMergesTXT, 8, 368)(b, l), l)
+			return dirField(mcf.SectionMergesTXT, 16, 38)(dirField(mcf.SectionMergesTXT, 8, 368)(b, l), l)
 		}, "overlap", nil},
-		{"duplicate known type", f32, dirField(SectionGenerationJSON, 0, uint64(SectionConfigJSON)), "section config.json (0x0100) appears twice (directory entries 3 and 4)", nil},
-		{"duplicate TensorData", f32, dirField(SectionMergesTXT, 0, uint64(SectionTensorData)), "section TensorData (0x0004) appears twice", nil},
+		{"duplicate known type", f32, dirField(mcf.SectionGenerationJSON, 0, uint64(mcf.SectionConfigJSON)), "section config.json (0x0100) appears twice (directory entries 3 and 4)", nil},
+		{"duplicate TensorData", f32, dirField(mcf.SectionMergesTXT, 0, uint64(mcf.SectionTensorData)), "section TensorData (0x0004) appears twice", nil},
 		{"unknown types, twice", f32, func(b []byte, l fileLayout) []byte {
-			return dirField(SectionVocabJSON, 0, 0x200)(dirField(SectionGenerationJSON, 0, 0x200)(b, l), l)
+			return dirField(mcf.SectionVocabJSON, 0, 0x200)(dirField(mcf.SectionGenerationJSON, 0, 0x200)(b, l), l)
 		}, "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
-			if fileByName(c, "vocab.json") != nil || fileByName(c, "generation_config.json") != nil || len(c.Files) != 5 {
+			if mcftest.FileByName(c, "vocab.json") != nil || mcftest.FileByName(c, "generation_config.json") != nil || len(c.Files) != 5 {
 				t.Errorf("files %d", len(c.Files))
 			}
 			unknown := 0
@@ -150,16 +153,16 @@ func TestHostile(t *testing.T) {
 				t.Errorf("%d unknown sections, warnings %q", unknown, c.Warnings)
 			}
 		})},
-		{"no TensorData", f32, dirField(SectionTensorData, 0, 0x300), "no TensorData section", nil},
-		{"no TensorIndex", f32, dirField(SectionTensorIndex, 0, 0x300), "no TensorIndex section", nil},
-		{"empty resource", f32, dirField(SectionVocabJSON, 16, 0), "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
-			if f := fileByName(c, "vocab.json"); f == nil || f.Length != 0 || f.Offset != 728 {
+		{"no TensorData", f32, dirField(mcf.SectionTensorData, 0, 0x300), "no TensorData section", nil},
+		{"no TensorIndex", f32, dirField(mcf.SectionTensorIndex, 0, 0x300), "no TensorIndex section", nil},
+		{"empty resource", f32, dirField(mcf.SectionVocabJSON, 16, 0), "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
+			if f := mcftest.FileByName(c, "vocab.json"); f == nil || f.Length != 0 || f.Offset != 728 {
 				t.Errorf("vocab.json %+v", f)
 			}
 		})},
 
 		// TensorIndex header and tables.
-		{"index shorter than its header", f32, dirField(SectionTensorIndex, 16, 40), "TensorIndex: the section is 40 bytes, shorter than its 48-byte header", nil},
+		{"index shorter than its header", f32, dirField(mcf.SectionTensorIndex, 16, 40), "TensorIndex: the section is 40 bytes, shorter than its 48-byte header", nil},
 		{"tensor count 0", f32, index32(8, 0), "TensorIndex: tensor count is 0", nil},
 		{"tensor count 2^32-1", f32, index32(8, math.MaxUint32), "TensorIndex: entries table [48, +171798691800) lies outside the 604-byte section", nil},
 		{"dims count 2^32-1", f32, index32(12, math.MaxUint32), "TensorIndex: dims table [328, +34359738360) lies outside", nil},
@@ -243,8 +246,8 @@ func TestHostile(t *testing.T) {
 		})},
 
 		// QuantInfo.
-		{"QuantInfo empty", k4, dirField(SectionQuantInfo, 16, 0), "QuantInfo: the section is empty", nil},
-		{"QuantInfo 4 bytes", k4, dirField(SectionQuantInfo, 16, 4), "QuantInfo: the section is 4 bytes, shorter than its 8-byte header", nil},
+		{"QuantInfo empty", k4, dirField(mcf.SectionQuantInfo, 16, 0), "QuantInfo: the section is empty", nil},
+		{"QuantInfo 4 bytes", k4, dirField(mcf.SectionQuantInfo, 16, 4), "QuantInfo: the section is 4 bytes, shorter than its 8-byte header", nil},
 		{"QuantInfo version 2", k4, quant(0, 2), "QuantInfo: unsupported QuantInfo version 2", nil},
 		{"QuantInfo count 2^32-1", k4, quant(4, 0xFF, 0xFF, 0xFF, 0xFF), "QuantInfo: 4294967295 records need 103079215088 bytes, but the section has 128", nil},
 		{"QuantInfo count 6", k4, quant(4, 6), "QuantInfo: 6 records need 152 bytes", nil},
@@ -253,7 +256,7 @@ func TestHostile(t *testing.T) {
 				t.Error("record attributes without records")
 			}
 		})},
-		{"QuantInfo missing", k4, dirField(SectionQuantInfo, 0, 0x300), "", nil},
+		{"QuantInfo missing", k4, dirField(mcf.SectionQuantInfo, 0, 0x300), "", nil},
 		{"QuantInfo longer", k4, func(b []byte, l fileLayout) []byte { return quant(4, 4)(b, l) }, "", nil},
 		{"QuantInfo index 7", k4, quant(8, 7), "QuantInfo: record 0 refers to tensor index 7, but the TensorIndex has 7 entries", nil},
 		{"QuantInfo index 2^32-1", k4, quant(8, 0xFF, 0xFF, 0xFF, 0xFF), "refers to tensor index 4294967295", nil},
@@ -281,26 +284,26 @@ func TestHostile(t *testing.T) {
 		})},
 
 		// ModelInfo: never a mount error.
-		{"ModelInfo version 2", f32, func(b []byte, l fileLayout) []byte { return put32(b, l.sections[SectionModelInfo][0], 2) }, "", accepted(modelInfoError("unsupported ModelInfo version 2"))},
+		{"ModelInfo version 2", f32, func(b []byte, l fileLayout) []byte { return put32(b, l.sections[mcf.SectionModelInfo][0], 2) }, "", accepted(modelInfoError("unsupported ModelInfo version 2"))},
 		{"ModelInfo KV count 2^32-1", f32, func(b []byte, l fileLayout) []byte {
-			return put32(b, l.sections[SectionModelInfo][0]+72, math.MaxUint32)
+			return put32(b, l.sections[mcf.SectionModelInfo][0]+72, math.MaxUint32)
 		}, "", accepted(modelInfoError("key/value table [184, +4294967295 entries) lies outside the 232-byte section"))},
 		{"ModelInfo name length 2^32-1", f32, func(b []byte, l fileLayout) []byte {
-			return put32(b, l.sections[SectionModelInfo][0]+88, math.MaxUint32)
+			return put32(b, l.sections[mcf.SectionModelInfo][0]+88, math.MaxUint32)
 		}, "", accepted(modelInfoError("model name at 88: 4294967295 bytes run past the end"))},
-		{"ModelInfo 8 bytes", f32, dirField(SectionModelInfo, 16, 8), "", accepted(modelInfoError("8 bytes, shorter than the 88-byte fixed part"))},
-		{"ModelInfo empty", f32, dirField(SectionModelInfo, 16, 0), "", accepted(modelInfoError("0 bytes"))},
-		{"ModelInfo missing", f32, dirField(SectionModelInfo, 0, 0x300), "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
-			if _, ok := c.Attributes["model_info"]; ok || fileByName(c, "model_info.json") != nil {
+		{"ModelInfo 8 bytes", f32, dirField(mcf.SectionModelInfo, 16, 8), "", accepted(modelInfoError("8 bytes, shorter than the 88-byte fixed part"))},
+		{"ModelInfo empty", f32, dirField(mcf.SectionModelInfo, 16, 0), "", accepted(modelInfoError("0 bytes"))},
+		{"ModelInfo missing", f32, dirField(mcf.SectionModelInfo, 0, 0x300), "", accepted(func(t *testing.T, c *formats.Container, _ []byte) {
+			if _, ok := c.Attributes["model_info"]; ok || mcftest.FileByName(c, "model_info.json") != nil {
 				t.Error("model info without a section")
 			}
 		})},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			base := readFixture(t, tc.base)
+			base := formatstest.ReadFixture(t, "mcf", tc.base)
 			b := tc.patch(base, layoutOf(t, base))
-			c, err := open(b)
+			c, err := formatstest.OpenBytes(mcf.Open, b)
 			if tc.phrase == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -327,7 +330,7 @@ func modelInfoError(phrase string) func(t *testing.T, c *formats.Container, b []
 		if e, _ := mi["error"].(string); !strings.Contains(e, phrase) || mi["offset"] == nil || mi["size"] == nil {
 			t.Errorf("model_info %v, want an error containing %q", mi, phrase)
 		}
-		if fileByName(c, "model_info.json") != nil {
+		if mcftest.FileByName(c, "model_info.json") != nil {
 			t.Error("model_info.json shown")
 		}
 		if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], "ModelInfo") {
@@ -359,11 +362,11 @@ func shift(t *testing.T, b []byte, by int) []byte {
 // TestNameBytesBound: entries whose names share the strings table cannot
 // make the reader copy more name bytes than the file holds.
 func TestNameBytesBound(t *testing.T) {
-	var m Model
+	var m mcfwrite.Model
 	for i := range 20 {
-		m.Tensors = append(m.Tensors, Tensor{Name: fmt.Sprintf("%03d", i) + strings.Repeat("x", 1000), DType: DTypeU8, Shape: []uint64{1}, Data: []byte{1}})
+		m.Tensors = append(m.Tensors, mcfwrite.Tensor{Name: fmt.Sprintf("%03d", i) + strings.Repeat("x", 1000), DType: mcf.DTypeU8, Shape: []uint64{1}, Data: []byte{1}})
 	}
-	b, err := Marshal(m)
+	b, err := mcfwrite.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +376,7 @@ func TestNameBytesBound(t *testing.T) {
 		b = put32(b, l.entryField(i, fNameOff), 0)
 		b = put32(b, l.entryField(i, fNameLen), uint32(strSize)-uint32(i))
 	}
-	_, err = open(b)
+	_, err = formatstest.OpenBytes(mcf.Open, b)
 	formatstest.Refused(t, err, "MCF", "names total more than the file")
 }
 
@@ -413,22 +416,22 @@ func (r shortReader) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func TestReadErrors(t *testing.T) {
-	b := readFixture(t, "tiny_k4.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
 	for _, n := range []int64{0, 40, 1000, 3500, 4100, 4200} {
-		_, err := Open(errReader{b, n}, int64(len(b)))
+		_, err := mcf.Open(errReader{b, n}, int64(len(b)))
 		if !isReadError(err, "device error") {
 			t.Errorf("fail after %d: %v", n, err)
 		}
 	}
 	// ModelInfo unreadable: not a mount error (the section sits at 40..272).
-	if c, err := Open(errReader{b, 4400}, int64(len(b))); err != nil || c == nil {
+	if c, err := mcf.Open(errReader{b, 4400}, int64(len(b))); err != nil || c == nil {
 		t.Errorf("whole file readable: %v", err)
 	}
-	_, err := Open(shortReader{b[:4000]}, int64(len(b)))
+	_, err := mcf.Open(shortReader{b[:4000]}, int64(len(b)))
 	if !isReadError(err, io.ErrUnexpectedEOF.Error()) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Errorf("short reader: %v", err)
 	}
-	if _, err := Open(bytes.NewReader(b), -1); err == nil {
+	if _, err := mcf.Open(bytes.NewReader(b), -1); err == nil {
 		t.Error("negative size accepted")
 	}
 }
@@ -449,23 +452,23 @@ func (r rangeErrReader) ReadAt(p []byte, off int64) (int, error) {
 // TestModelInfoNeverFails: an unreadable or oversized ModelInfo section is
 // reported, not a mount error.
 func TestModelInfoNeverFails(t *testing.T) {
-	b := readFixture(t, "tiny_k4.mcf")
-	c, err := Open(rangeErrReader{b, 40, 272}, int64(len(b)))
+	b := formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf")
+	c, err := mcf.Open(rangeErrReader{b, 40, 272}, int64(len(b)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	modelInfoError("device error")(t, c, b)
 
-	m := decodedModel(t, readFixture(t, "tiny_f32.mcf"))
-	m.ModelInfo, m.ModelInfoRaw = nil, make([]byte, maxModelInfo+8)
-	big, err := Marshal(m)
+	m := mcftest.DecodedModel(t, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
+	m.ModelInfo, m.ModelInfoRaw = nil, make([]byte, mcf.MaxModelInfo+8)
+	big, err := mcfwrite.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c = mustOpen(t, big)
+	c = formatstest.MustOpen(t, mcf.Open, big)
 	modelInfoError("more than the 16777216 bytes ztfs decodes")(t, c, big)
 
 	m.ModelInfoRaw = []byte("{}")
-	b, _ = Marshal(m)
-	modelInfoError("2 bytes, shorter than the 88-byte fixed part")(t, mustOpen(t, b), b)
+	b, _ = mcfwrite.Marshal(m)
+	modelInfoError("2 bytes, shorter than the 88-byte fixed part")(t, formatstest.MustOpen(t, mcf.Open, b), b)
 }

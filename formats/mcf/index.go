@@ -7,10 +7,10 @@ import (
 	"github.com/ztfs/ztfs/formats"
 )
 
-// maxRank is the largest rank accepted: NumPy's limit (NPY_MAXDIMS), so
+// MaxRank is the largest rank accepted: NumPy's limit (NPY_MAXDIMS), so
 // that every tensor has a tensor.npy, and a bound on the work a hostile
 // index can ask for (entries may share dims).
-const maxRank = 64
+const MaxRank = 64
 
 // index is the parsed TensorIndex section (docs/formats/mcf.md, "TensorIndex").
 type index struct {
@@ -44,10 +44,10 @@ func readIndex(f *file, s *section) (*index, error) {
 	if s == nil {
 		return nil, errors.New("no TensorIndex section")
 	}
-	if s.size < indexHeaderSize {
-		return nil, fmt.Errorf("TensorIndex: the section is %d bytes, shorter than its %d-byte header", s.size, indexHeaderSize)
+	if s.size < IndexHeaderSize {
+		return nil, fmt.Errorf("TensorIndex: the section is %d bytes, shorter than its %d-byte header", s.size, IndexHeaderSize)
 	}
-	hb, err := f.read(s.off, indexHeaderSize)
+	hb, err := f.read(s.off, IndexHeaderSize)
 	if err != nil {
 		return nil, fmt.Errorf("TensorIndex: %w", err)
 	}
@@ -78,7 +78,7 @@ func readIndex(f *file, s *section) (*index, error) {
 		}
 		return b, nil
 	}
-	rawEntries, err := table("entries table", x.entriesOff, uint64(x.count)*indexEntrySize)
+	rawEntries, err := table("entries table", x.entriesOff, uint64(x.count)*IndexEntrySize)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func readIndex(f *file, s *section) (*index, error) {
 	names := make(map[string]int, x.count)
 	var nameBytes uint64
 	for i := range x.entries {
-		b := rawEntries[i*indexEntrySize:]
+		b := rawEntries[i*IndexEntrySize:]
 		nameOff, nameLen := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:]))
 		code, rank, dimOff := le.Uint32(b[8:]), le.Uint32(b[12:]), uint64(le.Uint32(b[16:]))
 		if nameOff+nameLen > x.strSize {
@@ -123,8 +123,8 @@ func readIndex(f *file, s *section) (*index, error) {
 			return nil, formats.InTensor(e.name, fmt.Errorf("unassigned dtype code %d", code))
 		}
 		e.code, e.info = uint16(code), info
-		if rank > maxRank {
-			return nil, formats.InTensor(e.name, fmt.Errorf("rank %d exceeds %d, the most NumPy supports", rank, maxRank))
+		if rank > MaxRank {
+			return nil, formats.InTensor(e.name, fmt.Errorf("rank %d exceeds %d, the most NumPy supports", rank, MaxRank))
 		}
 		if rank > 0 && dimOff+uint64(rank) > uint64(x.dimsCount) {
 			return nil, formats.InTensor(e.name, fmt.Errorf("dims [%d, +%d) lie outside the dims table of %d values", dimOff, rank, x.dimsCount))
@@ -163,7 +163,7 @@ func checkTensors(x *index, td *section, h *header) error {
 			return formats.InTensor(e.name, fmt.Errorf("data [%d, +%d) has %d bytes, %s %v needs %d", e.off, e.size, e.size, e.info.name, e.shape, want))
 		}
 		switch e.info.family {
-		case famPlain:
+		case FamilyPlain:
 			want, ok := mul(e.n, e.info.size)
 			if !ok {
 				return formats.InTensor(e.name, fmt.Errorf("%s %v: byte size overflows 64 bits", e.info.name, e.shape))
@@ -171,7 +171,7 @@ func checkTensors(x *index, td *section, h *header) error {
 			if want != e.size {
 				return mismatch(want)
 			}
-		case famQ, famK:
+		case FamilyQ, FamilyK:
 			if len(e.shape) != 2 {
 				return formats.InTensor(e.name, fmt.Errorf("%s tensors must have rank 2, not shape %v", e.info.name, e.shape))
 			}
@@ -180,8 +180,8 @@ func checkTensors(x *index, td *section, h *header) error {
 				return formats.InTensor(e.name, fmt.Errorf("%s %v: %w", e.info.name, e.shape, err))
 			}
 			e.quant = l
-			if e.off%payloadAlign != 0 {
-				return formats.InTensor(e.name, fmt.Errorf("%s payload at offset %d is not %d-byte aligned", e.info.name, e.off, payloadAlign))
+			if e.off%PayloadAlign != 0 {
+				return formats.InTensor(e.name, fmt.Errorf("%s payload at offset %d is not %d-byte aligned", e.info.name, e.off, PayloadAlign))
 			}
 			if l.Size != e.size {
 				return mismatch(l.Size)
@@ -189,7 +189,7 @@ func checkTensors(x *index, td *section, h *header) error {
 			if h.flags&FlagTensorDataAligned64 == 0 {
 				return formats.InTensor(e.name, fmt.Errorf("quantized (%s) but the header flag FlagTensorDataAligned64 is not set", e.info.name))
 			}
-		case famInt:
+		case FamilyInt:
 			if e.code == DTypeInt8 {
 				e.bare = e.size == e.n
 			} else {

@@ -3,12 +3,9 @@ package mcf
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
-	"strings"
 )
 
 // ModelInfo is the content of a ModelInfo section (docs/formats/mcf.md,
@@ -53,10 +50,12 @@ type KV struct {
 	String string
 }
 
+// The ModelInfo layout: its version, the size of its fixed part and of one
+// key/value table entry.
 const (
-	modelInfoVersion   = 1
-	modelInfoFixedSize = 88
-	modelInfoKVSize    = 24
+	ModelInfoVersion   = 1
+	ModelInfoFixedSize = 88
+	ModelInfoKVSize    = 24
 	// maxModelInfo bounds the section ztfs reads to decode it.
 	maxModelInfo = 16 << 20
 )
@@ -68,10 +67,10 @@ var ropeNames = []string{"none", "standard", "linear", "yarn"}
 // than 1 and on anything out of bounds; it never reads outside b, and the
 // strings it returns total at most len(b) bytes.
 func DecodeModelInfo(b []byte) (*ModelInfo, error) {
-	if len(b) < modelInfoFixedSize {
-		return nil, fmt.Errorf("%d bytes, shorter than the %d-byte fixed part", len(b), modelInfoFixedSize)
+	if len(b) < ModelInfoFixedSize {
+		return nil, fmt.Errorf("%d bytes, shorter than the %d-byte fixed part", len(b), ModelInfoFixedSize)
 	}
-	if v := le.Uint32(b); v != modelInfoVersion {
+	if v := le.Uint32(b); v != ModelInfoVersion {
 		return nil, fmt.Errorf("unsupported ModelInfo version %d", v)
 	}
 	mi := &ModelInfo{
@@ -118,12 +117,12 @@ func DecodeModelInfo(b []byte) (*ModelInfo, error) {
 	if count == 0 {
 		return mi, nil
 	}
-	if kvOff > size || count*modelInfoKVSize > size-kvOff {
+	if kvOff > size || count*ModelInfoKVSize > size-kvOff {
 		return nil, fmt.Errorf("key/value table [%d, +%d entries) lies outside the %d-byte section", kvOff, count, size)
 	}
 	mi.Extras = make([]KV, count)
 	for i := range mi.Extras {
-		e := b[kvOff+uint64(i)*modelInfoKVSize:]
+		e := b[kvOff+uint64(i)*ModelInfoKVSize:]
 		kv := &mi.Extras[i]
 		if kv.Key, err = blob(fmt.Sprintf("key %d", i), le.Uint64(e)); err != nil {
 			return nil, err
@@ -151,103 +150,6 @@ func DecodeModelInfo(b []byte) (*ModelInfo, error) {
 	return mi, nil
 }
 
-// EncodeModelInfo lays mi out as mantle's EncodeModelInfo does: the fixed
-// part, the model name and base model blobs, each extra's key and value in
-// key order (8-aligned, zero-padded), then the key/value table. Like mantle
-// it refuses empty or repeated keys and non-finite float values.
-func EncodeModelInfo(mi *ModelInfo) ([]byte, error) {
-	if mi == nil {
-		return nil, errors.New("ModelInfo: nil")
-	}
-	out := make([]byte, modelInfoFixedSize)
-	pad := func() {
-		for len(out)%8 != 0 {
-			out = append(out, 0)
-		}
-	}
-	addString := func(s string) (uint64, error) {
-		if s == "" {
-			return 0, nil // mantle writes empty strings as absent
-		}
-		if uint64(len(s)) > math.MaxUint32 {
-			return 0, errors.New("ModelInfo: string longer than 4 GiB")
-		}
-		pad()
-		off := uint64(len(out))
-		out = le.AppendUint32(out, uint32(len(s)))
-		out = append(out, s...)
-		pad()
-		return off, nil
-	}
-	add32 := func(v uint32) uint64 {
-		pad()
-		off := uint64(len(out))
-		out = le.AppendUint32(out, v)
-		pad()
-		return off
-	}
-	nameOff, err := addString(mi.ModelName)
-	if err != nil {
-		return nil, err
-	}
-	baseOff, err := addString(mi.BaseModel)
-	if err != nil {
-		return nil, err
-	}
-	kvs := slices.Clone(mi.Extras)
-	slices.SortStableFunc(kvs, func(a, b KV) int { return strings.Compare(a.Key, b.Key) })
-	table := make([]byte, 0, modelInfoKVSize*len(kvs))
-	for i, kv := range kvs {
-		if kv.Key == "" {
-			return nil, errors.New("ModelInfo: empty extras key")
-		}
-		if i > 0 && kvs[i-1].Key == kv.Key {
-			return nil, fmt.Errorf("ModelInfo: extras key %q appears twice", kv.Key)
-		}
-		keyOff, err := addString(kv.Key)
-		if err != nil {
-			return nil, err
-		}
-		var valOff uint64
-		switch kv.Type {
-		case KVUint32:
-			valOff = add32(kv.U32)
-		case KVFloat32:
-			if f := float64(kv.F32); math.IsNaN(f) || math.IsInf(f, 0) {
-				return nil, fmt.Errorf("ModelInfo: extras[%q]: invalid float32 %v", kv.Key, kv.F32)
-			}
-			valOff = add32(math.Float32bits(kv.F32))
-		case KVString:
-			if valOff, err = addString(kv.String); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("ModelInfo: extras[%q]: unknown value type %d", kv.Key, kv.Type)
-		}
-		table = le.AppendUint64(table, keyOff)
-		table = le.AppendUint32(table, kv.Type)
-		table = le.AppendUint32(table, 0)
-		table = le.AppendUint64(table, valOff)
-	}
-	pad()
-	kvOff := uint64(len(out))
-	out = append(out, table...)
-
-	le.PutUint32(out[0:], modelInfoVersion)
-	le.PutUint32(out[4:], mi.Flags)
-	le.PutUint32(out[8:], mi.Arch)
-	for i, v := range []uint32{mi.VocabSize, mi.HiddenSize, mi.LayerCount, mi.HeadCount, mi.HeadCountKV,
-		mi.ContextLength, mi.TrainContext, mi.RopeType,
-		math.Float32bits(mi.RopeFreqBase), math.Float32bits(mi.RopeScale)} {
-		le.PutUint32(out[16+4*i:], v)
-	}
-	le.PutUint64(out[56:], nameOff)
-	le.PutUint64(out[64:], baseOff)
-	le.PutUint32(out[72:], uint32(len(kvs)))
-	le.PutUint64(out[80:], kvOff)
-	return out, nil
-}
-
 // JSON returns mi as JSON-ready values (the manifest's model_info and the
 // content of model_info.json). Strings absent from the section are null;
 // extras form an object keyed by key (the first of repeated keys wins).
@@ -273,7 +175,7 @@ func (mi *ModelInfo) JSON() map[string]any {
 		}
 	}
 	return map[string]any{
-		"version":        uint64(modelInfoVersion),
+		"version":        uint64(ModelInfoVersion),
 		"flags":          uint64(mi.Flags),
 		"arch":           uint64(mi.Arch),
 		"arch_name":      enumName(archNames, mi.Arch),

@@ -101,7 +101,7 @@ func (f *file) read(off, n uint64) ([]byte, error) {
 // header is the fixed 40-byte header (docs/formats/mcf.md, "Header").
 type header struct {
 	major, minor uint16
-	headerSize   uint32
+	HeaderSize   uint32
 	count        uint32
 	dirOff       uint64
 	fileSize     uint64
@@ -111,7 +111,7 @@ type header struct {
 // readHeader reads and checks the header in the order of docs/formats/mcf.md,
 // "Header": magic, Major, HeaderSize, SectionCount, FileSize.
 func readHeader(f *file) (*header, error) {
-	n := min(f.size, headerSize)
+	n := min(f.size, HeaderSize)
 	b, err := f.read(0, n)
 	if err != nil {
 		return nil, err
@@ -119,13 +119,13 @@ func readHeader(f *file) (*header, error) {
 	if !Sniff(b) {
 		return nil, fmt.Errorf("unknown format: the file does not start with the MCF magic \"MCF\\x00\"")
 	}
-	if n < headerSize {
-		return nil, formats.Truncated("file is %d bytes, shorter than the %d-byte MCF header", f.size, headerSize)
+	if n < HeaderSize {
+		return nil, formats.Truncated("file is %d bytes, shorter than the %d-byte MCF header", f.size, HeaderSize)
 	}
 	h := &header{
 		major:      le.Uint16(b[4:]),
 		minor:      le.Uint16(b[6:]),
-		headerSize: le.Uint32(b[8:]),
+		HeaderSize: le.Uint32(b[8:]),
 		count:      le.Uint32(b[12:]),
 		dirOff:     le.Uint64(b[16:]),
 		fileSize:   le.Uint64(b[24:]),
@@ -134,10 +134,10 @@ func readHeader(f *file) (*header, error) {
 	switch {
 	case h.major != Major:
 		return nil, formats.Unsupported("unsupported MCF major version %d (ztfs reads major version %d)", h.major, Major)
-	case h.headerSize < headerSize:
-		return nil, fmt.Errorf("header size %d is less than %d", h.headerSize, headerSize)
-	case uint64(h.headerSize) > f.size:
-		return nil, formats.Truncated("header size %d exceeds the file size %d", h.headerSize, f.size)
+	case h.HeaderSize < HeaderSize:
+		return nil, fmt.Errorf("header size %d is less than %d", h.HeaderSize, HeaderSize)
+	case uint64(h.HeaderSize) > f.size:
+		return nil, formats.Truncated("header size %d exceeds the file size %d", h.HeaderSize, f.size)
 	case h.count == 0:
 		return nil, fmt.Errorf("section count is 0")
 	case h.fileSize > f.size:
@@ -172,9 +172,9 @@ func (s *section) String() string {
 // per-section checks, then ztfs's stricter ones: no two sections overlap and
 // no known type appears twice.
 func readDirectory(f *file, h *header) ([]*section, error) {
-	dirLen := uint64(h.count) * dirEntrySize // < 2^37, no overflow
-	if h.dirOff < uint64(h.headerSize) {
-		return nil, fmt.Errorf("section directory offset %d lies inside the header (HeaderSize %d)", h.dirOff, h.headerSize)
+	dirLen := uint64(h.count) * DirEntrySize // < 2^37, no overflow
+	if h.dirOff < uint64(h.HeaderSize) {
+		return nil, fmt.Errorf("section directory offset %d lies inside the header (HeaderSize %d)", h.dirOff, h.HeaderSize)
 	}
 	if h.dirOff > f.size || dirLen > f.size-h.dirOff {
 		return nil, formats.Truncated("section directory [%d, +%d) extends past the end of the file (%d bytes)", h.dirOff, dirLen, f.size)
@@ -186,19 +186,19 @@ func readDirectory(f *file, h *header) ([]*section, error) {
 	dirEnd := h.dirOff + dirLen
 	secs := make([]*section, h.count)
 	for i := range secs {
-		e := raw[i*dirEntrySize:]
+		e := raw[i*DirEntrySize:]
 		s := &section{index: i, typ: le.Uint32(e), version: le.Uint32(e[4:]), off: le.Uint64(e[8:]), size: le.Uint64(e[16:])}
 		_, s.known = sectionNames[s.typ]
 		secs[i] = s
 		switch {
 		case s.off > f.size || s.size > f.size-s.off:
 			return nil, formats.Truncated("section %s [%d, +%d) extends past the end of the file (%d bytes)", s, s.off, s.size, f.size)
-		case s.off < uint64(h.headerSize):
-			return nil, fmt.Errorf("section %s at offset %d starts before HeaderSize %d", s, s.off, h.headerSize)
+		case s.off < uint64(h.HeaderSize):
+			return nil, fmt.Errorf("section %s at offset %d starts before HeaderSize %d", s, s.off, h.HeaderSize)
 		case s.off < dirEnd && h.dirOff < s.end():
 			return nil, fmt.Errorf("section %s [%d, +%d) overlaps the section directory [%d, +%d)", s, s.off, s.size, h.dirOff, dirLen)
-		case s.off%sectionAlign != 0:
-			return nil, fmt.Errorf("section %s offset %d is not %d-byte aligned", s, s.off, sectionAlign)
+		case s.off%SectionAlign != 0:
+			return nil, fmt.Errorf("section %s offset %d is not %d-byte aligned", s, s.off, SectionAlign)
 		}
 	}
 	seen := map[uint32]*section{}

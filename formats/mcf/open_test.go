@@ -1,4 +1,4 @@
-package mcf
+package mcf_test
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,10 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/mcf"
+	"github.com/ztfs/ztfs/formats/mcf/mcftest"
+	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
 )
 
 // expectedRow is one row of EXPECTED_tensors.tsv.
@@ -107,16 +110,6 @@ func npyOf(x *formats.Tensor) string {
 	return ""
 }
 
-// storedExtent is the tensor's whole stored region: data, payload or raw.
-func storedExtent(x *formats.Tensor) *formats.Component {
-	for _, role := range []string{"data", "payload", "raw"} {
-		if c := x.Component(role); c != nil {
-			return c
-		}
-	}
-	return nil
-}
-
 func TestValidFixtures(t *testing.T) {
 	expected := readExpected(t)
 	files := slices.Sorted(func(yield func(string) bool) {
@@ -129,8 +122,8 @@ func TestValidFixtures(t *testing.T) {
 	for _, name := range files {
 		rows := expected[name]
 		t.Run(name, func(t *testing.T) {
-			b := readFixture(t, name)
-			c := mustOpen(t, b)
+			b := formatstest.ReadFixture(t, "mcf", name)
+			c := formatstest.MustOpen(t, mcf.Open, b)
 			wantVersion := "1.1"
 			if name == "invalid/minor_7_ok.mcf" {
 				wantVersion = "1.7"
@@ -157,7 +150,7 @@ func TestValidFixtures(t *testing.T) {
 				if code["code"] != uint64(r.code) || code["name"] != r.dtype {
 					t.Errorf("%s: mcf_dtype %v, want %d %s", r.name, code, r.code, r.dtype)
 				}
-				ext := storedExtent(x)
+				ext := mcftest.StoredExtent(x)
 				if ext == nil || ext.Offset != r.offset || ext.Length != r.size || ext.Size != int64(r.size) || ext.Encoding != formats.Raw {
 					t.Errorf("%s: stored extent %+v, want [%d, +%d)", r.name, ext, r.offset, r.size)
 				}
@@ -173,7 +166,7 @@ func TestValidFixtures(t *testing.T) {
 				if got := npyOf(x); got != r.npyDType {
 					t.Errorf("%s: npy dtype %q, want %q", r.name, got, r.npyDType)
 				}
-				sum := sha256.Sum256(logicalBytes(t, b, x))
+				sum := sha256.Sum256(mcftest.LogicalBytes(t, b, x))
 				if got := hex.EncodeToString(sum[:]); got != r.sha256 {
 					t.Errorf("%s: logical data sha256 %s, want %s", r.name, got, r.sha256)
 				}
@@ -217,7 +210,7 @@ func checkComponents(t *testing.T, x *formats.Tensor, r expectedRow) {
 	}
 	if r.dtype[0] == 'q' || r.dtype[0] == 'k' {
 		l := x.Logical.(formats.BlockQuantized)
-		l2, err := Quant(r.code, r.shape[0], r.shape[1])
+		l2, err := mcf.Quant(r.code, r.shape[0], r.shape[1])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,29 +310,29 @@ func checkFiles(t *testing.T, c *formats.Container, b []byte, name string) {
 // (testdata/mcf/README.md, docs/formats/mcf.md "ModelInfo"), through the
 // manifest attributes and model_info.json.
 func TestModelInfoWorkedExample(t *testing.T) {
-	b := readFixture(t, "tiny_f32.mcf")
+	b := formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf")
 	raw := b[1016 : 1016+232]
-	mi, err := DecodeModelInfo(raw)
+	mi, err := mcf.DecodeModelInfo(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &ModelInfo{
+	want := &mcf.ModelInfo{
 		Arch: 1, VocabSize: 8, HiddenSize: 40, LayerCount: 1, HeadCount: 2, HeadCountKV: 1,
 		ContextLength: 128, RopeFreqBase: 10000, ModelName: "tiny-model",
-		Extras: []KV{
-			{Key: "hf.config_json_present", Type: KVUint32, U32: 1},
-			{Key: "hf.model_type", Type: KVString, String: "llama"},
+		Extras: []mcf.KV{
+			{Key: "hf.config_json_present", Type: mcf.KVUint32, U32: 1},
+			{Key: "hf.model_type", Type: mcf.KVString, String: "llama"},
 		},
 	}
 	if !reflect.DeepEqual(mi, want) {
 		t.Fatalf("decoded %+v\nwant    %+v", mi, want)
 	}
-	enc, err := EncodeModelInfo(mi)
+	enc, err := mcfwrite.EncodeModelInfo(mi)
 	if err != nil || string(enc) != string(raw) {
 		t.Fatalf("re-encoded ModelInfo differs (%v):\n%x\n%x", err, enc, raw)
 	}
 
-	c := mustOpen(t, b)
+	c := formatstest.MustOpen(t, mcf.Open, b)
 	wantJSON := map[string]any{
 		"version": uint64(1), "flags": uint64(0), "arch": uint64(1), "arch_name": "llama",
 		"vocab_size": uint64(8), "hidden_size": uint64(40), "layer_count": uint64(1), "head_count": uint64(2),
@@ -351,7 +344,7 @@ func TestModelInfoWorkedExample(t *testing.T) {
 	if got := c.Attributes["model_info"]; !reflect.DeepEqual(got, wantJSON) {
 		t.Errorf("model_info attribute %v\nwant %v", got, wantJSON)
 	}
-	f := fileByName(c, "model_info.json")
+	f := mcftest.FileByName(c, "model_info.json")
 	var got, exp any
 	if err := json.Unmarshal(f.Content, &got); err != nil {
 		t.Fatal(err)
@@ -366,7 +359,7 @@ func TestModelInfoWorkedExample(t *testing.T) {
 // TestContainerAttributes checks the header, section list and
 // quantization summary of two fixtures.
 func TestContainerAttributes(t *testing.T) {
-	c := mustOpen(t, readFixture(t, "tiny_f32.mcf"))
+	c := formatstest.MustOpen(t, mcf.Open, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 	h := c.Attributes["header"].(map[string]any)
 	if h["major"] != uint64(1) || h["minor"] != uint64(1) || h["flags"] != uint64(1) || h["section_dir_offset"] != uint64(8640) ||
 		h["file_size"] != uint64(8856) || h["header_size"] != uint64(40) || h["section_count"] != uint64(9) {
@@ -398,7 +391,7 @@ func TestContainerAttributes(t *testing.T) {
 		t.Errorf("warnings %v", c.Warnings)
 	}
 
-	c = mustOpen(t, readFixture(t, "tiny_k4.mcf"))
+	c = formatstest.MustOpen(t, mcf.Open, formatstest.ReadFixture(t, "mcf", "tiny_k4.mcf"))
 	q = c.Attributes["quantization"].(map[string]any)
 	wantQ := map[string]any{
 		"quantized_tensors": uint64(5), "by_dtype": map[string]any{"k4": uint64(5)}, "aligned64": true,
@@ -482,13 +475,13 @@ func TestInvalidFixtures(t *testing.T) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			b := readFixture(t, filepath.Join("invalid", name))
-			c, err := open(b)
+			b := formatstest.ReadFixture(t, "mcf", filepath.Join("invalid", name))
+			c, err := formatstest.OpenBytes(mcf.Open, b)
 			if phrase == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
-				ref := mustOpen(t, readFixture(t, "tiny_f32.mcf"))
+				ref := formatstest.MustOpen(t, mcf.Open, formatstest.ReadFixture(t, "mcf", "tiny_f32.mcf"))
 				if c.FormatVersion != "1.7" || len(c.Tensors) != len(ref.Tensors) {
 					t.Fatalf("version %q, %d tensors", c.FormatVersion, len(c.Tensors))
 				}
@@ -506,7 +499,7 @@ func TestInvalidFixtures(t *testing.T) {
 				t.Fatalf("accepted, want %q", phrase)
 			}
 			formatstest.Refused(t, err, "MCF", phrase)
-			if name == "bad_magic.mcf" && Sniff(b) {
+			if name == "bad_magic.mcf" && mcf.Sniff(b) {
 				t.Fatal("Sniff claims bad_magic.mcf")
 			}
 		})
@@ -520,12 +513,12 @@ func TestSniff(t *testing.T) {
 	}{
 		{"MCF\x00\x01\x00", true}, {"MCF\x00", true}, {"MCF", false}, {"MCG\x00", false}, {"", false}, {"\x00MCF\x00", false},
 	} {
-		if got := Sniff([]byte(tc.head)); got != tc.want {
+		if got := mcf.Sniff([]byte(tc.head)); got != tc.want {
 			t.Errorf("Sniff(%q) = %v", tc.head, got)
 		}
 	}
 	for _, name := range []string{"tiny_f32.mcf", "tiny_k4.mcf"} {
-		if !Sniff(readFixture(t, name)[:64]) {
+		if !mcf.Sniff(formatstest.ReadFixture(t, "mcf", name)[:64]) {
 			t.Errorf("Sniff(%s) = false", name)
 		}
 	}

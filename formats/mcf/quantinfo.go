@@ -106,17 +106,17 @@ func (r *quantRecord) check() error {
 		return fmt.Errorf("QuantInfo: record %d has unknown domain %d", i, r.domain)
 	}
 	info, ok := dtypeTable[uint16(r.method)]
-	if !ok || info.family == famPlain {
+	if !ok || info.family == FamilyPlain {
 		return fmt.Errorf("QuantInfo: record %d has unknown method %d", i, r.method)
 	}
 	var block, super uint16
 	switch info.family {
-	case famQ:
+	case FamilyQ:
 		block = quantBlock
-	case famK:
+	case FamilyK:
 		block, super = quantBlock, quantSuper
 	}
-	if info.family != famInt && r.domain != DomainWeights {
+	if info.family != FamilyInt && r.domain != DomainWeights {
 		return fmt.Errorf("QuantInfo: record %d: method %s requires the weights domain (0), not %d", i, info.name, r.domain)
 	}
 	if r.blockSize != block {

@@ -47,15 +47,26 @@ func parseDType(name string) (formats.DType, bool) {
 // DTypeName returns the safetensors name of d ("F32" for formats.F32); ok is
 // false when safetensors cannot store d (complex128, unknown names).
 func DTypeName(d formats.DType) (name string, ok bool) {
-	i := dtypeRank(d)
+	i := DTypeRank(d)
 	if i < 0 {
 		return "", false
 	}
 	return dtypeNames[i].name, true
 }
 
-// dtypeRank is d's position in the official Dtype enum, or -1.
-func dtypeRank(d formats.DType) int {
+// DTypes returns every dtype safetensors stores, in the order of the
+// official Dtype enum.
+func DTypes() []formats.DType {
+	out := make([]formats.DType, len(dtypeNames))
+	for i, e := range dtypeNames {
+		out[i] = e.dtype
+	}
+	return out
+}
+
+// DTypeRank is d's position in the official Dtype enum, or -1: the
+// official writer orders tensors by it, descending.
+func DTypeRank(d formats.DType) int {
 	for i, e := range dtypeNames {
 		if e.dtype == d {
 			return i

@@ -1,11 +1,8 @@
-package safetensors
+package safetensors_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -15,6 +12,9 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
 )
 
 // rejectReasons gives, for every fixture ztfs must reject, a phrase the
@@ -60,61 +60,31 @@ var rejectReasons = map[string]string{
 	"official/invalid_validation_overflow_shape.safetensors":           `tensor "test": shape [2 18446744073709551614]: element count overflows 64 bits`,
 }
 
-// fixtureRow is one line of expected.tsv.
-type fixtureRow struct {
-	file, reference, detail, ztfs string
-}
-
-func readExpected(t *testing.T) []fixtureRow {
-	t.Helper()
-	f, err := os.Open(filepath.Join(fixtureDir, "expected.tsv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var rows []fixtureRow
-	sc := bufio.NewScanner(f)
-	for line := 0; sc.Scan(); line++ {
-		cols := strings.Split(sc.Text(), "\t")
-		if line == 0 || len(cols) == 1 && cols[0] == "" {
-			continue
-		}
-		if len(cols) < 4 {
-			t.Fatalf("expected.tsv line %d: %q", line+1, sc.Text())
-		}
-		rows = append(rows, fixtureRow{cols[0], cols[1], cols[2], cols[3]})
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return rows
-}
-
 var tensorList = regexp.MustCompile(`^(\d+) tensors(?: (\[.*\]))?`)
 
 // TestFixturesExpected opens every fixture of expected.tsv and checks the
 // outcome ztfs must give: the listed tensors, or an error naming the rule.
 func TestFixturesExpected(t *testing.T) {
-	rows := readExpected(t)
+	rows := safetensorstest.ReadExpected(t)
 	listed := map[string]bool{}
 	for _, row := range rows {
-		listed[row.file] = true
-		t.Run(row.file, func(t *testing.T) {
-			file := readFixture(t, row.file)
-			c, err := openBytes(file)
-			switch row.ztfs {
+		listed[row.File] = true
+		t.Run(row.File, func(t *testing.T) {
+			file := formatstest.ReadFixture(t, "safetensors", row.File)
+			c, err := formatstest.OpenBytes(safetensors.Open, file)
+			switch row.ZTFS {
 			case "open":
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
-				checkInvariants(t, c, file)
-				m := tensorList.FindStringSubmatch(row.detail)
+				safetensorstest.CheckInvariants(t, c, file)
+				m := tensorList.FindStringSubmatch(row.Detail)
 				if m == nil {
-					t.Fatalf("reference detail %q lists no tensors", row.detail)
+					t.Fatalf("reference detail %q lists no tensors", row.Detail)
 				}
 				// The reference counts stored tensors; a combined packed
 				// INT4 tensor stands for two of them.
-				st := storedTensors(c)
+				st := safetensorstest.StoredTensors(c)
 				if n, _ := strconv.Atoi(m[1]); n != len(st) {
 					t.Fatalf("%d stored tensors, want %d", len(st), n)
 				}
@@ -126,7 +96,7 @@ func TestFixturesExpected(t *testing.T) {
 					slices.Sort(want)
 					var got []string
 					for _, s := range st {
-						got = append(got, s.name)
+						got = append(got, s.Name)
 					}
 					if !slices.Equal(got, want) {
 						t.Fatalf("tensors %q, want %q", got, want)
@@ -136,17 +106,17 @@ func TestFixturesExpected(t *testing.T) {
 				if err == nil {
 					t.Fatalf("Open succeeded, want an error")
 				}
-				reason, ok := rejectReasons[row.file]
+				reason, ok := rejectReasons[row.File]
 				if !ok {
 					t.Fatalf("no expected reason for this file; error was: %v", err)
 				}
 				formatstest.Refused(t, err, "safetensors", reason)
 				// The caller names the file.
-				if msg := err.Error(); strings.Contains(msg, filepath.Base(row.file)) {
+				if msg := err.Error(); strings.Contains(msg, filepath.Base(row.File)) {
 					t.Fatalf("error %q is not one line without the file name", msg)
 				}
 			default:
-				t.Fatalf("unknown ztfs outcome %q", row.ztfs)
+				t.Fatalf("unknown ztfs outcome %q", row.ZTFS)
 			}
 		})
 	}
@@ -239,9 +209,9 @@ func TestFixtureTensors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			file := readFixture(t, tt.file)
-			c := mustOpen(t, file)
-			checkInvariants(t, c, file)
+			file := formatstest.ReadFixture(t, "safetensors", tt.file)
+			c := formatstest.MustOpen(t, safetensors.Open, file)
+			safetensorstest.CheckInvariants(t, c, file)
 			if len(c.Tensors) != len(tt.tensors) {
 				t.Fatalf("%d tensors, want %d", len(c.Tensors), len(tt.tensors))
 			}
@@ -281,7 +251,7 @@ func TestFixtureMetadata(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			c := mustOpen(t, readFixture(t, tt.file))
+			c := formatstest.MustOpen(t, safetensors.Open, formatstest.ReadFixture(t, "safetensors", tt.file))
 			if c.Attributes == nil || !reflect.DeepEqual(c.Attributes, tt.want) {
 				t.Fatalf("attributes %#v, want %#v", c.Attributes, tt.want)
 			}
@@ -291,15 +261,15 @@ func TestFixtureMetadata(t *testing.T) {
 
 // TestF6Unsupported checks that F6 tensors offer their stored bytes only.
 func TestF6Unsupported(t *testing.T) {
-	file := readFixture(t, "extra/valid_f6_four_elems.safetensors")
-	tn := find(t, mustOpen(t, file), "a")
+	file := formatstest.ReadFixture(t, "safetensors", "extra/valid_f6_four_elems.safetensors")
+	tn := find(t, formatstest.MustOpen(t, safetensors.Open, file), "a")
 	if tn.Logical != nil || tn.Unsupported != "F6_E3M2 has no standard bit packing; only the stored bytes are offered" {
 		t.Fatalf("Logical %v, Unsupported %q", tn.Logical, tn.Unsupported)
 	}
-	if got := stored(t, file, tn); string(got) != "\x00\x00\x00" {
+	if got := safetensorstest.Stored(t, file, tn); string(got) != "\x00\x00\x00" {
 		t.Fatalf("stored bytes %x", got)
 	}
-	tn = find(t, mustOpen(t, readFixture(t, "extra/valid_all_current_dtypes.safetensors")), "t02_F6_E2M3")
+	tn = find(t, formatstest.MustOpen(t, safetensors.Open, formatstest.ReadFixture(t, "safetensors", "extra/valid_all_current_dtypes.safetensors")), "t02_F6_E2M3")
 	if tn.Unsupported != "F6_E2M3 has no standard bit packing; only the stored bytes are offered" {
 		t.Fatalf("Unsupported %q", tn.Unsupported)
 	}

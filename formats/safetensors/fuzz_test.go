@@ -1,4 +1,4 @@
-package safetensors
+package safetensors_test
 
 import (
 	"bytes"
@@ -6,6 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 )
 
 // FuzzOpen checks that Open never panics and that whatever it accepts
@@ -18,7 +23,7 @@ func FuzzOpen(f *testing.F) {
 			return err
 		}
 		rel, _ := filepath.Rel(fixtureDir, path)
-		f.Add(readFixture(f, rel))
+		f.Add(formatstest.ReadFixture(f, "safetensors", rel))
 		return nil
 	})
 	if err != nil {
@@ -35,24 +40,24 @@ func FuzzOpen(f *testing.F) {
 	f.Add(mkfile(`{`+int4+`,"k.scales":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"k.q4":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}`, make([]byte, 6)))
 	f.Add(mkfile(`{`+int4+`,"k.scales":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},"k.q4":{"dtype":"U8","shape":[0,9223372036854775808],"data_offsets":[2,2]},"v.q4":{"dtype":"U8","shape":[],"data_offsets":[2,3]}}`, make([]byte, 3)))
 	f.Fuzz(func(t *testing.T, file []byte) {
-		c, err := openBytes(file)
+		c, err := formatstest.OpenBytes(safetensors.Open, file)
 		if err != nil {
 			if msg := err.Error(); msg == "" || strings.ContainsAny(msg, "\n\r") {
 				t.Fatalf("bad error message %q", msg)
 			}
 			return
 		}
-		checkInvariants(t, c, file)
+		safetensorstest.CheckInvariants(t, c, file)
 		// Whatever opens can be written again, with the same contents.
-		specs, meta := specsFrom(c, file)
+		specs, meta := safetensorstest.SpecsFrom(c, file)
 		var out bytes.Buffer
-		if err := Write(&out, meta, specs); err != nil {
+		if err := safetensorswrite.Write(&out, meta, specs); err != nil {
 			t.Fatalf("rewriting: %v", err)
 		}
-		c2, err := openBytes(out.Bytes())
+		c2, err := formatstest.OpenBytes(safetensors.Open, out.Bytes())
 		if err != nil {
 			t.Fatalf("reopening the rewritten file: %v", err)
 		}
-		sameContents(t, c, file, c2, out.Bytes())
+		safetensorstest.SameContents(t, c, file, c2, out.Bytes())
 	})
 }

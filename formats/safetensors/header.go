@@ -17,8 +17,8 @@ import (
 // ignored ones. The limit also keeps hostile headers cheap.
 const maxDepth = 127
 
-// metadataKey is the reserved header key of the file-level metadata.
-const metadataKey = "__metadata__"
+// MetadataKey is the reserved header key of the file-level metadata.
+const MetadataKey = "__metadata__"
 
 // entry is one tensor as the header declares it.
 type entry struct {
@@ -90,7 +90,7 @@ func (p *parser) object() (*header, error) {
 		if err != nil {
 			return nil, err
 		}
-		if name == metadataKey {
+		if name == MetadataKey {
 			if haveMetadata {
 				return nil, errors.New("__metadata__ appears twice in the header")
 			}

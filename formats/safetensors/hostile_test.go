@@ -1,9 +1,8 @@
-package safetensors
+package safetensors_test
 
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"io"
 	"reflect"
 	"runtime"
@@ -12,6 +11,9 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
 )
 
 // f32a is a valid entry for tensor "a": one F32 at [0, 4].
@@ -151,7 +153,7 @@ func hostileCases() []hostileCase {
 func TestHostile(t *testing.T) {
 	for _, tt := range hostileCases() {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := openBytes(tt.file)
+			c, err := formatstest.OpenBytes(safetensors.Open, tt.file)
 			if err == nil {
 				t.Fatalf("Open succeeded with %d tensors, want an error containing %q", len(c.Tensors), tt.want)
 			}
@@ -199,8 +201,8 @@ func lenientCases() []lenientCase {
 func TestLenient(t *testing.T) {
 	for _, tt := range lenientCases() {
 		t.Run(tt.name, func(t *testing.T) {
-			c := mustOpen(t, tt.file)
-			checkInvariants(t, c, tt.file)
+			c := formatstest.MustOpen(t, safetensors.Open, tt.file)
+			safetensorstest.CheckInvariants(t, c, tt.file)
 			var names []string
 			for _, tn := range c.Tensors {
 				names = append(names, tn.Name)
@@ -230,7 +232,7 @@ func TestDeepNesting(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			_, err := openBytes(mkfile(tt.header, nil))
+			_, err := formatstest.OpenBytes(safetensors.Open, mkfile(tt.header, nil))
 			formatstest.Refused(t, err, "safetensors", tt.want)
 			if d := time.Since(start); d > 5*time.Second {
 				t.Fatalf("took %v", d)
@@ -273,7 +275,7 @@ func TestHugeLengthSmallFile(t *testing.T) {
 		r := &recordingReader{n: n, fill: '{'}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := Open(r, 64)
+		_, err := safetensors.Open(r, 64)
 		runtime.ReadMemStats(&after)
 		if err == nil {
 			t.Fatalf("N=%d: Open succeeded", n)
@@ -293,8 +295,8 @@ func TestMaxHeaderSize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads a 100 MB header")
 	}
-	r := &recordingReader{n: MaxHeaderSize, prefix: "{}", fill: ' '}
-	c, err := Open(r, 8+MaxHeaderSize)
+	r := &recordingReader{n: safetensors.MaxHeaderSize, prefix: "{}", fill: ' '}
+	c, err := safetensors.Open(r, 8+safetensors.MaxHeaderSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,14 +330,14 @@ func TestReadErrors(t *testing.T) {
 		var fe *formats.Error
 		return errors.As(err, &re) && re.Off == 0 && re.Len == 8 && !errors.As(err, &fe)
 	}
-	if _, err := Open(failingReader{boom}, 100); !errors.Is(err, boom) || !isReadError(err) {
+	if _, err := safetensors.Open(failingReader{boom}, 100); !errors.Is(err, boom) || !isReadError(err) {
 		t.Errorf("failing reader: %v", err)
 	}
 	file := mkfile(`{`+f32a+`}`, make([]byte, 4))
-	if _, err := Open(shortReader{file}, int64(len(file))); !errors.Is(err, io.ErrUnexpectedEOF) || !isReadError(err) {
+	if _, err := safetensors.Open(shortReader{file}, int64(len(file))); !errors.Is(err, io.ErrUnexpectedEOF) || !isReadError(err) {
 		t.Errorf("short reader: %v", err)
 	}
-	if _, err := Open(failingReader{boom}, -1); !errors.Is(err, formats.ErrTruncated) {
+	if _, err := safetensors.Open(failingReader{boom}, -1); !errors.Is(err, formats.ErrTruncated) {
 		t.Errorf("negative size: %v", err)
 	}
 }
@@ -343,7 +345,7 @@ func TestReadErrors(t *testing.T) {
 // TestTensorMapping checks the mapping of one tensor in full.
 func TestTensorMapping(t *testing.T) {
 	file := mkfile(`{"__metadata__":{"k":"v"},"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12],"extra":1}}`, make([]byte, 12))
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, safetensors.Open, file)
 	hdr := uint64(len(file) - 12)
 	want := &formats.Tensor{
 		Name:       "w",
@@ -367,7 +369,7 @@ func TestTensorMapping(t *testing.T) {
 		t.Fatalf("container %+v", c)
 	}
 	// Scalars get a non-nil, empty shape.
-	c = mustOpen(t, mkfile(`{"s":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}`, []byte{7}))
+	c = formatstest.MustOpen(t, safetensors.Open, mkfile(`{"s":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}`, []byte{7}))
 	if s := c.Tensors[0].Shape; s == nil || len(s) != 0 {
 		t.Fatalf("scalar shape %#v", s)
 	}

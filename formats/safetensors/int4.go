@@ -37,7 +37,7 @@ const (
 const (
 	roleCodes        = "packed_weight"
 	roleScales       = "scales"
-	attrNotCombined  = "int4_not_combined"
+	AttrNotCombined  = "int4_not_combined"
 	layoutQuantGroup = "quantized_group"
 )
 
@@ -219,7 +219,7 @@ func mapTensors(h *header, dataStart uint64) ([]*formats.Tensor, []string) {
 	if failed > maxInt4Warnings {
 		warnings = append(warnings, fmt.Sprintf(
 			"%d more packed INT4 tensors were not combined (see the %s attribute of their stored tensors)",
-			failed-maxInt4Warnings, attrNotCombined))
+			failed-maxInt4Warnings, AttrNotCombined))
 	}
 	for _, e := range h.entries {
 		if handled[e.name] {
@@ -227,7 +227,7 @@ func mapTensors(h *header, dataStart uint64) ([]*formats.Tensor, []string) {
 		}
 		t := tensor(e, dataStart)
 		if reason, ok := notCombined[e.name]; ok {
-			t.Attributes[attrNotCombined] = reason
+			t.Attributes[AttrNotCombined] = reason
 		}
 		out = append(out, t)
 	}

@@ -1,4 +1,4 @@
-package safetensors
+package safetensors_test
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -16,44 +15,20 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
-)
-
-const (
-	packedFixture = "kv_cache/kv_tinyllama_2layers_seq3_int4packed_g64.safetensors"
-	simFixture    = "kv_cache/kv_tinyllama_2layers_seq3_int4sim_g64.safetensors"
-	f32Fixture    = "kv_cache/kv_tinyllama_2layers_seq3_f32.safetensors"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 )
 
 var kvNames = []string{"layer_0_key", "layer_0_value", "layer_1_key", "layer_1_value"}
-
-// dequantInt4 is the test's own reading of the convention, written apart
-// from the reader on purpose: value[i] = float32(scale[i/G]) × q[i], with
-// q[i] the two's-complement nibble i of the codes (even elements in the
-// low nibble) and the F16 scale decoded by minifloat, exactly.
-func dequantInt4(t *testing.T, file []byte, tn *formats.Tensor) []float32 {
-	t.Helper()
-	codes := file[tn.Component("packed_weight").Offset:][:tn.Component("packed_weight").Length]
-	scales := file[tn.Component("scales").Offset:][:tn.Component("scales").Length]
-	g := int(tn.Attributes["group_size"].(int64))
-	out := make([]float32, 2*len(codes))
-	for i := range out {
-		nibble := codes[i/2] >> (4 * (i % 2)) & 0xF
-		q := int(nibble)
-		if q >= 8 {
-			q -= 16
-		}
-		scale := float32(minifloat(uint64(binary.LittleEndian.Uint16(scales[2*(i/g):])), 5, 10, 15))
-		out[i] = scale * float32(q)
-	}
-	return out
-}
 
 var npyShape = regexp.MustCompile(`'shape': \(([0-9, ]*)\)`)
 
 // readNPYF32 reads a NumPy 1.0 file of little-endian float32 values.
 func readNPYF32(t *testing.T, rel string) ([]uint64, []float32) {
 	t.Helper()
-	b := readFixture(t, rel)
+	b := formatstest.ReadFixture(t, "safetensors", rel)
 	if len(b) < 10 || string(b[:6]) != "\x93NUMPY" || b[6] != 1 {
 		t.Fatalf("%s: not a NumPy 1.x file", rel)
 	}
@@ -84,32 +59,21 @@ func readNPYF32(t *testing.T, rel string) ([]uint64, []float32) {
 	return shape, vals
 }
 
-// f32Values returns the values of a dense F32 tensor.
-func f32Values(file []byte, tn *formats.Tensor) []float32 {
-	d := tn.Component("data")
-	raw := file[d.Offset : d.Offset+d.Length]
-	out := make([]float32, len(raw)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
-
 // TestInt4PackedFixture opens the sample of the packed INT4 convention:
 // four combined tensors, mapped in full, whose dequantised values equal
 // the expected arrays bit for bit.
 func TestInt4PackedFixture(t *testing.T) {
-	file := readFixture(t, packedFixture)
-	c := mustOpen(t, file)
-	checkInvariants(t, c, file)
+	file := formatstest.ReadFixture(t, "safetensors", safetensorstest.PackedFixture)
+	c := formatstest.MustOpen(t, safetensors.Open, file)
+	safetensorstest.CheckInvariants(t, c, file)
 	if c.Warnings != nil {
 		t.Fatalf("warnings %q", c.Warnings)
 	}
 	if len(c.Tensors) != len(kvNames) {
 		t.Fatalf("%d tensors, want %d", len(c.Tensors), len(kvNames))
 	}
-	input := readFixture(t, f32Fixture)
-	inputC := mustOpen(t, input)
+	input := formatstest.ReadFixture(t, "safetensors", safetensorstest.F32Fixture)
+	inputC := formatstest.MustOpen(t, safetensors.Open, input)
 	// Official-writer order: the four F16 scales [12] from 752, then the U8
 	// codes [1,4,3,32].
 	for i, name := range kvNames {
@@ -143,11 +107,11 @@ func TestInt4PackedFixture(t *testing.T) {
 			if !slices.Equal(shape, tn.Shape) {
 				t.Fatalf("expected array shape %v, tensor %v", shape, tn.Shape)
 			}
-			got := dequantInt4(t, file, tn)
+			got := safetensorstest.DequantInt4(t, file, tn)
 			if len(got) != len(expected) {
 				t.Fatalf("%d values, want %d", len(got), len(expected))
 			}
-			orig := f32Values(input, find(t, inputC, name))
+			orig := safetensorstest.F32Values(input, find(t, inputC, name))
 			for j := range got {
 				if math.Float32bits(got[j]) != math.Float32bits(expected[j]) {
 					t.Fatalf("value %d = %v, want %v", j, got[j], expected[j])
@@ -165,9 +129,9 @@ func TestInt4PackedFixture(t *testing.T) {
 // with its metadata as attributes, and even a well-formed pair stays two
 // stored tensors.
 func TestInt4KVCompressStaysPlain(t *testing.T) {
-	file := readFixture(t, simFixture)
-	c := mustOpen(t, file)
-	checkInvariants(t, c, file)
+	file := formatstest.ReadFixture(t, "safetensors", safetensorstest.SimFixture)
+	c := formatstest.MustOpen(t, safetensors.Open, file)
+	safetensorstest.CheckInvariants(t, c, file)
 	wantAttrs := map[string]any{"compression": "INT4", "group_size": "64", "original_dtype": "float32"}
 	if !reflect.DeepEqual(c.Attributes, wantAttrs) || c.Warnings != nil || len(c.Tensors) != 4 {
 		t.Fatalf("attributes %v, warnings %q, %d tensors", c.Attributes, c.Warnings, len(c.Tensors))
@@ -181,32 +145,22 @@ func TestInt4KVCompressStaysPlain(t *testing.T) {
 
 	q4, scales := mustPack(t, "k", []uint64{2, 6}, 4, 1)
 	meta := map[string]string{"compression": "INT4", "group_size": "4"}
-	file = writeFile(t, meta, q4, scales)
-	c = mustOpen(t, file)
-	checkInvariants(t, c, file)
+	file = safetensorstest.WriteFile(t, meta, q4, scales)
+	c = formatstest.MustOpen(t, safetensors.Open, file)
+	safetensorstest.CheckInvariants(t, c, file)
 	if c.Warnings != nil || len(c.Tensors) != 2 || c.Tensors[0].Name != "k.q4" || c.Tensors[1].Name != "k.scales" {
 		t.Fatalf("warnings %q, tensors %v", c.Warnings, c.Tensors)
 	}
 }
 
-// testValues returns n deterministic values in about [−4, 4].
-func testValues(n uint64, seed uint64) []float32 {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(rng.NormFloat64() * 1.5)
-	}
-	return v
-}
-
 // mustPack packs deterministic values into a pair.
-func mustPack(t *testing.T, name string, shape []uint64, group int, seed uint64) (TensorSpec, TensorSpec) {
+func mustPack(t *testing.T, name string, shape []uint64, group int, seed uint64) (safetensorswrite.TensorSpec, safetensorswrite.TensorSpec) {
 	t.Helper()
 	n, err := formats.ElementCount(shape)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q4, scales, err := PackInt4KV(name, shape, testValues(n, seed), group)
+	q4, scales, err := safetensorswrite.PackInt4KV(name, shape, safetensorstest.RandomValues(n, seed), group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +168,7 @@ func mustPack(t *testing.T, name string, shape []uint64, group int, seed uint64)
 }
 
 // zeros is a stored tensor of zero bytes.
-func zeros(name string, d formats.DType, shape ...uint64) TensorSpec {
+func zeros(name string, d formats.DType, shape ...uint64) safetensorswrite.TensorSpec {
 	if shape == nil {
 		shape = []uint64{}
 	}
@@ -222,17 +176,7 @@ func zeros(name string, d formats.DType, shape ...uint64) TensorSpec {
 	if err != nil {
 		panic(err)
 	}
-	return TensorSpec{Name: name, DType: d, Shape: shape, Size: size, Data: bytes.NewReader(make([]byte, size))}
-}
-
-// writeFile writes tensors with Write.
-func writeFile(t *testing.T, meta map[string]string, specs ...TensorSpec) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	if err := Write(&out, meta, specs); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
+	return safetensorswrite.TensorSpec{Name: name, DType: d, Shape: shape, Size: size, Data: bytes.NewReader(make([]byte, size))}
 }
 
 // TestInt4NotCombined builds files in which one pair (or, for file-level
@@ -255,65 +199,69 @@ func TestInt4NotCombined(t *testing.T) {
 		meta func(map[string]string)
 		// k returns the stored tensors about "k" (nil: a consistent
 		// pair); the pair "v" is always complete and consistent.
-		k        func(t *testing.T) []TensorSpec
+		k        func(t *testing.T) []safetensorswrite.TensorSpec
 		combined []string          // names of combined tensors
 		plain    map[string]string // stored tensor → phrase of its reason
 	}{
 		{name: "consistent pairs combine", combined: []string{"k", "v"}},
 		{
 			name: "scales of any shape with the right count",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 1, scalesOf2x6, 1)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 1, scalesOf2x6, 1)}
 			},
 			combined: []string{"k", "v"},
 		},
 		{
 			name: "zero elements",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 3, 0), zeros("k.scales", formats.F16, 0)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 3, 0), zeros("k.scales", formats.F16, 0)}
 			},
 			combined: []string{"k", "v"},
 		},
 		{
-			name:     "codes without scales",
-			k:        func(*testing.T) []TensorSpec { return []TensorSpec{zeros("k.q4", formats.U8, 2, 3)} },
+			name: "codes without scales",
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 2, 3)}
+			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `"k.q4" has no matching "k.scales"`},
 		},
 		{
-			name:     "scales without codes",
-			k:        func(*testing.T) []TensorSpec { return []TensorSpec{zeros("k.scales", formats.F16, 3)} },
+			name: "scales without codes",
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.scales", formats.F16, 3)}
+			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.scales": `"k.scales" has no matching "k.q4"`},
 		},
 		{
 			name: "codes not U8",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.I8, 2, 3), zeros("k.scales", formats.F16, 3)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.I8, 2, 3), zeros("k.scales", formats.F16, 3)}
 			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `"k.q4" is I8, not U8`, "k.scales": `"k.q4" is I8, not U8`},
 		},
 		{
 			name: "scales not F16",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.BF16, 3)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.BF16, 3)}
 			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `"k.scales" is BF16, not F16`, "k.scales": `"k.scales" is BF16, not F16`},
 		},
 		{
 			name: "scales F32",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F32, 3)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F32, 3)}
 			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `"k.scales" is F32, not F16`, "k.scales": `"k.scales" is F32, not F16`},
 		},
 		{
 			name: "too few scales",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 2)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 2)}
 			},
 			combined: []string{"v"},
 			plain: map[string]string{
@@ -323,24 +271,24 @@ func TestInt4NotCombined(t *testing.T) {
 		},
 		{
 			name: "too many scales",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 2, 2)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 2, 3), zeros("k.scales", formats.F16, 2, 2)}
 			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `holds 4 scales but`, "k.scales": `holds 4 scales but`},
 		},
 		{
 			name: "scalar codes",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8), zeros("k.scales", formats.F16, 1)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8), zeros("k.scales", formats.F16, 1)}
 			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `"k.q4" is a scalar`, "k.scales": `"k.q4" is a scalar`},
 		},
 		{
 			name: "last dimension of the codes cannot be doubled",
-			k: func(*testing.T) []TensorSpec {
-				return []TensorSpec{zeros("k.q4", formats.U8, 0, 1<<63), zeros("k.scales", formats.F16, 0)}
+			k: func(*testing.T) []safetensorswrite.TensorSpec {
+				return []safetensorswrite.TensorSpec{zeros("k.q4", formats.U8, 0, 1<<63), zeros("k.scales", formats.F16, 0)}
 			},
 			combined: []string{"v"},
 			plain: map[string]string{
@@ -350,19 +298,19 @@ func TestInt4NotCombined(t *testing.T) {
 		},
 		{
 			name: "a plain tensor already has the name",
-			k: func(t *testing.T) []TensorSpec {
+			k: func(t *testing.T) []safetensorswrite.TensorSpec {
 				q, s := mustPack(t, "k", []uint64{2, 6}, 4, 2)
-				return []TensorSpec{q, s, zeros("k", formats.F32, 1)}
+				return []safetensorswrite.TensorSpec{q, s, zeros("k", formats.F32, 1)}
 			},
 			combined: []string{"v"},
 			plain:    map[string]string{"k.q4": `a stored tensor is already named "k"`, "k.scales": `a stored tensor is already named "k"`},
 		},
 		{
 			name: "nested suffixes",
-			k: func(t *testing.T) []TensorSpec {
+			k: func(t *testing.T) []safetensorswrite.TensorSpec {
 				q, s := mustPack(t, "k", []uint64{2, 6}, 4, 2)
 				qq, qs := mustPack(t, "k.q4", []uint64{2, 6}, 4, 3)
-				return []TensorSpec{q, s, qq, qs}
+				return []safetensorswrite.TensorSpec{q, s, qq, qs}
 			},
 			combined: []string{"k", "v"},
 			plain: map[string]string{
@@ -400,28 +348,28 @@ func TestInt4NotCombined(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta := Int4KVMetadata(4)
+			meta := safetensorswrite.Int4KVMetadata(4)
 			if tt.meta != nil {
 				tt.meta(meta)
 			}
 			vq, vs := mustPack(t, "v", []uint64{2, 6}, 4, 1)
-			specs := []TensorSpec{vq, vs, zeros("other", formats.F32, 2)}
+			specs := []safetensorswrite.TensorSpec{vq, vs, zeros("other", formats.F32, 2)}
 			if tt.k != nil {
 				specs = append(specs, tt.k(t)...)
 			} else {
 				kq, ks := mustPack(t, "k", []uint64{2, 6}, 4, 2)
 				specs = append(specs, kq, ks)
 			}
-			file := writeFile(t, meta, specs...)
-			c := mustOpen(t, file)
-			checkInvariants(t, c, file)
+			file := safetensorstest.WriteFile(t, meta, specs...)
+			c := formatstest.MustOpen(t, safetensors.Open, file)
+			safetensorstest.CheckInvariants(t, c, file)
 
 			var combined []string
 			for _, tn := range c.Tensors {
 				if tn.Layout == "quantized_group" {
 					combined = append(combined, tn.Name)
 				}
-				reason, has := tn.Attributes[attrNotCombined].(string)
+				reason, has := tn.Attributes[safetensors.AttrNotCombined].(string)
 				phrase, want := tt.plain[tn.Name]
 				switch {
 				case want && (!has || !strings.Contains(reason, phrase)):
@@ -458,10 +406,10 @@ func TestInt4NotCombined(t *testing.T) {
 			}
 
 			// The file survives a rewrite unchanged.
-			specs2, meta2 := specsFrom(c, file)
-			file2 := writeFile(t, meta2, specs2...)
-			c2 := mustOpen(t, file2)
-			sameContents(t, c, file, c2, file2)
+			specs2, meta2 := safetensorstest.SpecsFrom(c, file)
+			file2 := safetensorstest.WriteFile(t, meta2, specs2...)
+			c2 := formatstest.MustOpen(t, safetensors.Open, file2)
+			safetensorstest.SameContents(t, c, file, c2, file2)
 		})
 	}
 }
@@ -475,9 +423,9 @@ func bothPlain(reason string) map[string]string {
 // by the names of its stored tensors.
 func TestInt4Order(t *testing.T) {
 	q, s := mustPack(t, "m", []uint64{4}, 2, 1)
-	file := writeFile(t, Int4KVMetadata(2), q, s, zeros("a", formats.F32, 1), zeros("m.bias", formats.F32, 1), zeros("z", formats.U8, 1))
-	c := mustOpen(t, file)
-	checkInvariants(t, c, file)
+	file := safetensorstest.WriteFile(t, safetensorswrite.Int4KVMetadata(2), q, s, zeros("a", formats.F32, 1), zeros("m.bias", formats.F32, 1), zeros("z", formats.U8, 1))
+	c := formatstest.MustOpen(t, safetensors.Open, file)
+	safetensorstest.CheckInvariants(t, c, file)
 	var names []string
 	for _, tn := range c.Tensors {
 		names = append(names, tn.Name)
@@ -490,202 +438,25 @@ func TestInt4Order(t *testing.T) {
 // TestInt4WarningCap checks that a file with many broken pairs gives a
 // bounded number of warnings, while every stored tensor keeps its reason.
 func TestInt4WarningCap(t *testing.T) {
-	var specs []TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	for i := range 25 {
 		specs = append(specs, zeros(fmt.Sprintf("layer_%02d_key.scales", i), formats.F16, 1))
 	}
-	file := writeFile(t, Int4KVMetadata(64), specs...)
-	c := mustOpen(t, file)
-	checkInvariants(t, c, file)
-	if len(c.Warnings) != maxInt4Warnings+1 {
-		t.Fatalf("%d warnings, want %d", len(c.Warnings), maxInt4Warnings+1)
+	file := safetensorstest.WriteFile(t, safetensorswrite.Int4KVMetadata(64), specs...)
+	c := formatstest.MustOpen(t, safetensors.Open, file)
+	safetensorstest.CheckInvariants(t, c, file)
+	if len(c.Warnings) != safetensors.MaxInt4Warnings+1 {
+		t.Fatalf("%d warnings, want %d", len(c.Warnings), safetensors.MaxInt4Warnings+1)
 	}
 	if !strings.HasPrefix(c.Warnings[0], `packed INT4 tensor "layer_00_key" was not combined`) {
 		t.Errorf("first warning %q", c.Warnings[0])
 	}
-	if last := c.Warnings[maxInt4Warnings]; last != "5 more packed INT4 tensors were not combined (see the int4_not_combined attribute of their stored tensors)" {
+	if last := c.Warnings[safetensors.MaxInt4Warnings]; last != "5 more packed INT4 tensors were not combined (see the int4_not_combined attribute of their stored tensors)" {
 		t.Errorf("last warning %q", last)
 	}
 	for _, tn := range c.Tensors {
-		if _, ok := tn.Attributes[attrNotCombined]; !ok {
+		if _, ok := tn.Attributes[safetensors.AttrNotCombined]; !ok {
 			t.Errorf("tensor %q has no reason", tn.Name)
 		}
-	}
-}
-
-// TestPackInt4KVBytes checks the packed bytes of small hand-computed
-// cases: nibble order, two's complement, rounding and scales.
-func TestPackInt4KVBytes(t *testing.T) {
-	tiny := float32(math.Ldexp(1, -20))
-	tests := []struct {
-		name       string
-		shape      []uint64
-		values     []float32
-		group      int
-		codes      []byte
-		scales     []uint16
-		q4Shape    []uint64
-		scaleShape []uint64
-	}{
-		{"nibbles", []uint64{4}, []float32{1, -1, 7, -7}, 4, []byte{0xF1, 0x97}, []uint16{0x3C00}, []uint64{2}, []uint64{1}},
-		{"halves round away from zero", []uint64{4}, []float32{0.5, -0.5, 1.5, 7}, 4, []byte{0xF1, 0x72}, []uint16{0x3C00}, []uint64{2}, []uint64{1}},
-		{"zero group", []uint64{1, 4}, []float32{0, 0, 14, -2}, 2, []byte{0x00, 0xF7}, []uint16{0x0000, 0x4000}, []uint64{1, 2}, []uint64{2}},
-		{"scale rounds to zero", []uint64{2}, []float32{1e-9, -1e-9}, 2, []byte{0x00}, []uint16{0x0000}, []uint64{1}, []uint64{1}},
-		{"subnormal scale", []uint64{2}, []float32{7 * tiny, -3 * tiny}, 2, []byte{0xD7}, []uint16{0x0010}, []uint64{1}, []uint64{1}},
-		{"short last group", []uint64{2, 2}, []float32{7, 1, 14, 7}, 3, []byte{0x14, 0x77}, []uint16{0x4000, 0x3C00}, []uint64{2, 1}, []uint64{2}},
-		{"group larger than tensor", []uint64{2}, []float32{3.5, -1}, 100, []byte{0xE7}, []uint16{0x3800}, []uint64{1}, []uint64{1}},
-		{"empty", []uint64{0, 4}, nil, 8, []byte{}, []uint16{}, []uint64{0, 2}, []uint64{0}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			q4, scales, err := PackInt4KV("x", tt.shape, tt.values, tt.group)
-			if err != nil {
-				t.Fatal(err)
-			}
-			codes := make([]byte, q4.Size)
-			if _, err := q4.Data.Read(codes); err != nil && q4.Size > 0 {
-				t.Fatal(err)
-			}
-			raw := make([]byte, scales.Size)
-			if _, err := scales.Data.Read(raw); err != nil && scales.Size > 0 {
-				t.Fatal(err)
-			}
-			gotScales := make([]uint16, len(raw)/2)
-			for i := range gotScales {
-				gotScales[i] = binary.LittleEndian.Uint16(raw[2*i:])
-			}
-			if q4.Name != "x.q4" || q4.DType != formats.U8 || !slices.Equal(q4.Shape, tt.q4Shape) || !bytes.Equal(codes, tt.codes) {
-				t.Errorf("codes %s %s %v % x, want %v % x", q4.Name, q4.DType, q4.Shape, codes, tt.q4Shape, tt.codes)
-			}
-			if scales.Name != "x.scales" || scales.DType != formats.F16 || !slices.Equal(scales.Shape, tt.scaleShape) || !slices.Equal(gotScales, tt.scales) {
-				t.Errorf("scales %s %s %v %04x, want %v %04x", scales.Name, scales.DType, scales.Shape, gotScales, tt.scaleShape, tt.scales)
-			}
-		})
-	}
-}
-
-// TestPackInt4KVFixture re-creates the packed fixture from the F32 input:
-// same bytes, so the writer follows the convention's recommendation as
-// the fixture does.
-func TestPackInt4KVFixture(t *testing.T) {
-	input := readFixture(t, f32Fixture)
-	c := mustOpen(t, input)
-	var specs []TensorSpec
-	for _, tn := range c.Tensors {
-		q4, scales, err := PackInt4KV(tn.Name, tn.Shape, f32Values(input, tn), 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		specs = append(specs, q4, scales)
-	}
-	meta := Int4KVMetadata(64)
-	meta["original_dtype"] = "F32"
-	if got, want := writeFile(t, meta, specs...), readFixture(t, packedFixture); !bytes.Equal(got, want) {
-		t.Fatalf("written bytes differ\n got %q\nwant %q", head(got), head(want))
-	}
-}
-
-// TestPackInt4KVRoundTrip packs random tensors of many shapes and group
-// sizes, writes them, opens the file and checks the combined tensors:
-// every dequantised value within half a scale of its input, every scale
-// the F16 rounding of max |x| / 7.
-func TestPackInt4KVRoundTrip(t *testing.T) {
-	shapes := [][]uint64{{2}, {1, 4, 3, 64}, {3, 5, 2}, {7, 10}, {0, 4}, {4, 0}, {1, 1, 1, 1, 8}}
-	groups := []int{1, 3, 4, 64, 1000}
-	magnitudes := []float64{1e-6, 1e-3, 1, 1000}
-	seed := uint64(0)
-	for _, g := range groups {
-		var specs []TensorSpec
-		inputs := map[string][]float32{}
-		for si, shape := range shapes {
-			for mi, mag := range magnitudes {
-				seed++
-				n, _ := formats.ElementCount(shape)
-				vals := testValues(n, seed)
-				for i := range vals {
-					vals[i] *= float32(mag)
-					if i%17 < 3 {
-						vals[i] = 0 // some all-zero groups when g is small
-					}
-				}
-				name := fmt.Sprintf("t%d_%d", si, mi)
-				q4, scales, err := PackInt4KV(name, shape, vals, g)
-				if err != nil {
-					t.Fatal(err)
-				}
-				specs = append(specs, q4, scales)
-				inputs[name] = vals
-			}
-		}
-		file := writeFile(t, Int4KVMetadata(g), specs...)
-		c := mustOpen(t, file)
-		checkInvariants(t, c, file)
-		if c.Warnings != nil || len(c.Tensors) != len(inputs) {
-			t.Fatalf("G=%d: warnings %q, %d tensors", g, c.Warnings, len(c.Tensors))
-		}
-		for _, tn := range c.Tensors {
-			vals := inputs[tn.Name]
-			if tn.Layout != "quantized_group" || tn.Attributes["group_size"] != int64(g) {
-				t.Fatalf("G=%d: tensor %q: %+v", g, tn.Name, tn)
-			}
-			got := dequantInt4(t, file, tn)
-			sc := file[tn.Component("scales").Offset:][:tn.Component("scales").Length]
-			for k := 0; k*g < len(vals); k++ {
-				grp := vals[k*g : min(len(vals), (k+1)*g)]
-				var amax float64
-				for _, x := range grp {
-					amax = max(amax, math.Abs(float64(x)))
-				}
-				scale := minifloat(uint64(binary.LittleEndian.Uint16(sc[2*k:])), 5, 10, 15)
-				// Half an F16 ulp: relative 2^-11 for normal numbers,
-				// absolute 2^-25 for subnormals.
-				if d := math.Abs(scale - amax/7); d > max(amax/7*math.Ldexp(1, -11), math.Ldexp(1, -25)) {
-					t.Fatalf("G=%d %s group %d: scale %g for max %g", g, tn.Name, k, scale, amax)
-				}
-				for j, x := range grp {
-					v := got[k*g+j]
-					q := 0.0
-					if scale != 0 {
-						q = max(-8, min(7, math.Round(float64(x)/scale)))
-					}
-					switch {
-					case float64(v) != q*scale:
-						t.Fatalf("G=%d %s[%d] = %g for %g, want %g × %g", g, tn.Name, k*g+j, v, x, q, scale)
-					case scale >= math.Ldexp(1, -14) && math.Abs(float64(v)-float64(x)) > scale/2:
-						// A normal scale is within 2^-11 of max/7: no clamping.
-						t.Fatalf("G=%d %s[%d] = %g for %g, scale %g", g, tn.Name, k*g+j, v, x, scale)
-					}
-				}
-			}
-		}
-	}
-}
-
-// TestPackInt4KVErrors checks the inputs PackInt4KV refuses.
-func TestPackInt4KVErrors(t *testing.T) {
-	tests := []struct {
-		name   string
-		shape  []uint64
-		values []float32
-		group  int
-		want   string
-	}{
-		{"zero group", []uint64{2}, []float32{1, 2}, 0, `tensor "x": group size 0 must be at least 1`},
-		{"negative group", []uint64{2}, []float32{1, 2}, -64, `group size -64 must be at least 1`},
-		{"scalar", []uint64{}, []float32{1}, 1, `a scalar cannot be packed`},
-		{"odd last dimension", []uint64{2, 3}, make([]float32, 6), 1, `shape [2 3]: the last dimension must be even`},
-		{"too few values", []uint64{2, 2}, make([]float32, 3), 1, `shape [2 2] holds 4 elements but 3 values were given`},
-		{"overflowing shape", []uint64{1 << 32, 1 << 32, 2}, nil, 1, `tensor "x": shape [4294967296 4294967296 2]: element count overflows 64 bits`},
-		{"NaN", []uint64{2}, []float32{1, float32(math.NaN())}, 1, `element 1 is NaN`},
-		{"infinity", []uint64{4}, []float32{1, 2, 3, float32(math.Inf(-1))}, 2, `element 3 is -Inf`},
-		{"scale beyond F16", []uint64{2}, []float32{1, 1e6}, 1, `group 1: max |x| = 1e+06 needs a scale above the largest F16`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := PackInt4KV("x", tt.shape, tt.values, tt.group)
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.HasPrefix(err.Error(), `tensor "x": `) {
-				t.Fatalf("error %v, want one containing %q", err, tt.want)
-			}
-		})
 	}
 }

@@ -1,8 +1,12 @@
-package safetensors
+package safetensors_test
 
 import (
 	"encoding/binary"
 	"testing"
+
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
 )
 
 func TestSniff(t *testing.T) {
@@ -19,8 +23,8 @@ func TestSniff(t *testing.T) {
 		{"brace after whitespace", withLen(1<<40, " \t\r\n{"), 1 << 41, true},
 		{"brace, length beyond limit", withLen(1<<63, "{"), 100, true},
 		{"length 1", withLen(1, "x"), 9, true},
-		{"length at the limit", withLen(MaxHeaderSize, "\x00"), 10, true},
-		{"length above the limit, no brace", withLen(MaxHeaderSize+1, "["), 10, false},
+		{"length at the limit", withLen(safetensors.MaxHeaderSize, "\x00"), 10, true},
+		{"length above the limit, no brace", withLen(safetensors.MaxHeaderSize+1, "["), 10, false},
 		{"length 0, no brace", withLen(0, ""), 8, false},
 		{"length 0, brace", withLen(0, "{}"), 10, true},
 		{"form feed is not whitespace", withLen(1<<50, "\f{"), 100, false},
@@ -32,7 +36,7 @@ func TestSniff(t *testing.T) {
 		{"npy", []byte("\x93NUMPY\x01\x00v\x00{'descr'"), 1000, false},
 	}
 	for _, tt := range tests {
-		if got := Sniff(tt.head, tt.size); got != tt.want {
+		if got := safetensors.Sniff(tt.head, tt.size); got != tt.want {
 			t.Errorf("%s: Sniff = %v, want %v", tt.name, got, tt.want)
 		}
 	}
@@ -41,14 +45,14 @@ func TestSniff(t *testing.T) {
 // TestSniffFixtures checks that every fixture the reader must open, and
 // every damaged one whose length field is plausible, is claimed.
 func TestSniffFixtures(t *testing.T) {
-	for _, row := range readExpected(t) {
-		file := readFixture(t, row.file)
-		got := Sniff(file[:min(len(file), 64)], int64(len(file)))
-		if row.ztfs == "open" && !got {
-			t.Errorf("%s: valid file not claimed", row.file)
+	for _, row := range safetensorstest.ReadExpected(t) {
+		file := formatstest.ReadFixture(t, "safetensors", row.File)
+		got := safetensors.Sniff(file[:min(len(file), 64)], int64(len(file)))
+		if row.ZTFS == "open" && !got {
+			t.Errorf("%s: valid file not claimed", row.File)
 		}
 		if len(file) < 8 && got {
-			t.Errorf("%s: %d-byte file claimed", row.file, len(file))
+			t.Errorf("%s: %d-byte file claimed", row.File, len(file))
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package safetensors
+package safetensors_test
 
 import (
 	"encoding/binary"
@@ -7,23 +7,10 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorstest"
 )
-
-// minifloat decodes a little float with e exponent bits, m mantissa bits
-// and the given bias (sign bit on top, subnormals when the exponent is 0).
-// It ignores infinities and NaNs, which the tests do not use.
-func minifloat(v uint64, e, m uint, bias int) float64 {
-	sign := 1.0
-	if v>>(e+m)&1 == 1 {
-		sign = -1
-	}
-	exp := int(v >> m & (1<<e - 1))
-	frac := float64(v&(1<<m-1)) / float64(uint64(1)<<m)
-	if exp == 0 {
-		return sign * math.Ldexp(frac, 1-bias)
-	}
-	return sign * math.Ldexp(1+frac, exp-bias)
-}
 
 // element decodes element i of raw little-endian bytes of dtype d as a
 // float64 (real part for complex64).
@@ -48,7 +35,7 @@ func element(t *testing.T, d formats.DType, raw []byte, i int) float64 {
 	case formats.I64:
 		return float64(int64(le.Uint64(raw[8*i:])))
 	case formats.F16:
-		return minifloat(uint64(le.Uint16(raw[2*i:])), 5, 10, 15)
+		return safetensorstest.Minifloat(uint64(le.Uint16(raw[2*i:])), 5, 10, 15)
 	case formats.BF16:
 		return float64(math.Float32frombits(uint32(le.Uint16(raw[2*i:])) << 16))
 	case formats.F32:
@@ -58,17 +45,17 @@ func element(t *testing.T, d formats.DType, raw []byte, i int) float64 {
 	case formats.Complex64:
 		return float64(math.Float32frombits(le.Uint32(raw[8*i:])))
 	case formats.F8E4M3:
-		return minifloat(uint64(raw[i]), 4, 3, 7)
+		return safetensorstest.Minifloat(uint64(raw[i]), 4, 3, 7)
 	case formats.F8E5M2:
-		return minifloat(uint64(raw[i]), 5, 2, 15)
+		return safetensorstest.Minifloat(uint64(raw[i]), 5, 2, 15)
 	case formats.F8E4M3FNUZ:
-		return minifloat(uint64(raw[i]), 4, 3, 8)
+		return safetensorstest.Minifloat(uint64(raw[i]), 4, 3, 8)
 	case formats.F8E5M2FNUZ:
-		return minifloat(uint64(raw[i]), 5, 2, 16)
+		return safetensorstest.Minifloat(uint64(raw[i]), 5, 2, 16)
 	case formats.F8E8M0:
 		return math.Ldexp(1, int(raw[i])-127)
 	case formats.F4E2M1:
-		return minifloat(uint64(raw[i/2]>>(4*(i%2))&0xF), 2, 1, 1)
+		return safetensorstest.Minifloat(uint64(raw[i/2]>>(4*(i%2))&0xF), 2, 1, 1)
 	}
 	t.Fatalf("no decoder for %s", d)
 	return 0
@@ -77,8 +64,8 @@ func element(t *testing.T, d formats.DType, raw []byte, i int) float64 {
 // TestAllCurrentDTypes checks the 22-dtype fixture: every data byte is
 // 0x11 and decodes to the value its README gives.
 func TestAllCurrentDTypes(t *testing.T) {
-	file := readFixture(t, "extra/valid_all_current_dtypes.safetensors")
-	c := mustOpen(t, file)
+	file := formatstest.ReadFixture(t, "safetensors", "extra/valid_all_current_dtypes.safetensors")
+	c := formatstest.MustOpen(t, safetensors.Open, file)
 	want := map[string]float64{
 		"BOOL": 17, "U8": 17, "I8": 17, "I16": 4369, "U16": 4369, "I32": 286331153, "U32": 286331153,
 		"I64": 1229782938247303441, "U64": 1229782938247303441,
@@ -91,13 +78,13 @@ func TestAllCurrentDTypes(t *testing.T) {
 	}
 	for _, tn := range c.Tensors {
 		stName := tn.Name[4:] // "t00_BOOL" → "BOOL"
-		if name, ok := DTypeName(tn.DType); !ok || name != stName {
+		if name, ok := safetensors.DTypeName(tn.DType); !ok || name != stName {
 			t.Errorf("%s: dtype %s maps back to %q", tn.Name, tn.DType, name)
 		}
 		if len(tn.Shape) != 1 || tn.Shape[0] != 4 {
 			t.Errorf("%s: shape %v", tn.Name, tn.Shape)
 		}
-		raw := stored(t, file, tn)
+		raw := safetensorstest.Stored(t, file, tn)
 		if strings.Trim(string(raw), "\x11") != "" {
 			t.Errorf("%s: stored bytes %x", tn.Name, raw)
 		}
@@ -129,8 +116,8 @@ func TestPR84Values(t *testing.T) {
 	wrap := map[formats.DType]float64{formats.U8: 1 << 8, formats.U16: 1 << 16, formats.U32: 1 << 32}
 	for _, f := range files {
 		t.Run(f, func(t *testing.T) {
-			file := readFixture(t, "pr84_samples/"+f+".safetensors")
-			c := mustOpen(t, file)
+			file := formatstest.ReadFixture(t, "safetensors", "pr84_samples/"+f+".safetensors")
+			c := formatstest.MustOpen(t, safetensors.Open, file)
 			if c.Attributes["test"] != "a" || len(c.Attributes) != 1 {
 				t.Errorf("attributes %v", c.Attributes)
 			}
@@ -138,7 +125,7 @@ func TestPR84Values(t *testing.T) {
 				t.Fatalf("tensors %v", c.Tensors)
 			}
 			for _, tn := range c.Tensors {
-				raw := stored(t, file, tn)
+				raw := safetensorstest.Stored(t, file, tn)
 				for i := range 6 {
 					want := float64(i - 3)
 					if want < 0 {
@@ -157,9 +144,9 @@ func TestPR84Values(t *testing.T) {
 // hold values in the documented range.
 func TestKVCacheValues(t *testing.T) {
 	for _, f := range []string{"kv_tinyllama_2layers_seq3_f32", "kv_tinyllama_2layers_seq3_int4sim_g64"} {
-		file := readFixture(t, "kv_cache/"+f+".safetensors")
-		for _, tn := range mustOpen(t, file).Tensors {
-			raw := stored(t, file, tn)
+		file := formatstest.ReadFixture(t, "safetensors", "kv_cache/"+f+".safetensors")
+		for _, tn := range formatstest.MustOpen(t, safetensors.Open, file).Tensors {
+			raw := safetensorstest.Stored(t, file, tn)
 			for i := range len(raw) / 4 {
 				if v := element(t, tn.DType, raw, i); !(v >= -4.3 && v <= 4.3) {
 					t.Fatalf("%s %s[%d] = %g, outside [-4, 4] (plus quantisation error)", f, tn.Name, i, v)

@@ -2,37 +2,11 @@ package tensogram
 
 import (
 	"fmt"
-	"math/bits"
 	"sort"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 )
-
-// dtypeInfo maps a Tensogram dtype to the ztfs vocabulary
-// (docs/formats/tensogram.md, "Dtypes"). width is the element size in bytes (0
-// for bitmask) and swap the byte-order unit.
-type dtypeInfo struct {
-	dtype       formats.DType
-	width, swap uint64
-}
-
-var dtypes = map[string]dtypeInfo{
-	"float16":    {formats.F16, 2, 2},
-	"bfloat16":   {formats.BF16, 2, 2},
-	"float32":    {formats.F32, 4, 4},
-	"float64":    {formats.F64, 8, 8},
-	"complex64":  {formats.Complex64, 8, 4},
-	"complex128": {formats.Complex128, 16, 8},
-	"int8":       {formats.I8, 1, 1},
-	"int16":      {formats.I16, 2, 2},
-	"int32":      {formats.I32, 4, 4},
-	"int64":      {formats.I64, 8, 8},
-	"uint8":      {formats.U8, 1, 1},
-	"uint16":     {formats.U16, 2, 2},
-	"uint32":     {formats.U32, 4, 4},
-	"uint64":     {formats.U64, 8, 8},
-	"bitmask":    {formats.Bitmask, 0, 1},
-}
 
 // descriptor is a data object's CBOR descriptor (docs/formats/tensogram.md,
 // "Data objects").
@@ -41,7 +15,7 @@ type descriptor struct {
 	shape       []uint64
 	strides     []uint64
 	dtypeName   string
-	dt          dtypeInfo
+	dt          wire.DType
 	bigEndian   bool
 	byteOrder   string // as written, "" when absent
 	encoding    string
@@ -57,9 +31,6 @@ type maskEntry struct {
 	method         string
 	offset, length uint64
 }
-
-// maskKinds in the order the writer lays the blobs out.
-var maskKinds = []string{"nan", "inf+", "inf-"}
 
 // parseDescriptor checks the keys every descriptor must have.
 func parseDescriptor(v any) (*descriptor, error) {
@@ -117,7 +88,7 @@ func parseDescriptor(v any) (*descriptor, error) {
 		return nil, err
 	}
 	var ok bool
-	if d.dt, ok = dtypes[d.dtypeName]; !ok {
+	if d.dt, ok = wire.DTypeOf(d.dtypeName); !ok {
 		return nil, fmt.Errorf("unknown dtype %q", d.dtypeName)
 	}
 	for _, k := range []struct {
@@ -191,20 +162,12 @@ func (d *descriptor) param(name string) (any, bool) {
 // for bitmask, n × 8 for simple_packing (docs/formats/tensogram.md, "Dtypes").
 func (d *descriptor) decodedSize() (uint64, error) {
 	if d.encoding == "simple_packing" {
-		return mulSize(d.elements, 8)
+		return wire.Size(d.elements, 8)
 	}
-	if d.dt.dtype == formats.Bitmask {
+	if d.dt.DType == formats.Bitmask {
 		return d.elements/8 + boolToUint(d.elements%8 != 0), nil
 	}
-	return mulSize(d.elements, d.dt.width)
-}
-
-func mulSize(n, width uint64) (uint64, error) {
-	hi, lo := bits.Mul64(n, width)
-	if hi != 0 || lo > 1<<63-1 {
-		return 0, fmt.Errorf("%d elements of %d bytes overflow 63 bits", n, width)
-	}
-	return lo, nil
+	return wire.Size(d.elements, d.dt.Width)
 }
 
 func boolToUint(b bool) uint64 {
@@ -217,7 +180,7 @@ func boolToUint(b bool) uint64 {
 // maskOrder returns the mask kinds present, by blob offset.
 func (d *descriptor) maskOrder() []string {
 	var kinds []string
-	for _, k := range maskKinds {
+	for _, k := range wire.MaskKinds() {
 		if _, ok := d.masks[k]; ok {
 			kinds = append(kinds, k)
 		}

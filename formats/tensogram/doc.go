@@ -1,6 +1,8 @@
-// Package tensogram reads (and, for tests and conversion, writes) ECMWF
-// Tensogram files: one or more wire-version-3 messages, each a preamble,
-// CBOR metadata, index and hash frames, data-object frames and a postamble.
+// Package tensogram reads ECMWF Tensogram files: one or more
+// wire-version-3 messages, each a preamble, CBOR metadata, index and hash
+// frames, data-object frames and a postamble. The wire format itself is
+// package wire's, which the writer (package tensogramwrite, for tests and
+// conversion) shares.
 //
 // Open walks every frame of every message, parses the metadata and each
 // object's descriptor, checks what is cheap to check (structure, indexes,

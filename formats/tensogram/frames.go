@@ -7,51 +7,23 @@ import (
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 )
 
-// Wire constants (docs/formats/tensogram.md, "Messages", "Frames and phases").
+// Sizes that bound what Open reads.
 const (
-	magic         = "TENSOGRM"
-	endMagic      = "39277777"
-	frameMarker   = "FR"
-	frameEnd      = "ENDF"
-	preambleSize  = 24
-	postambleSize = 24
-	frameHeader   = 16
-	wireVersion   = 3
-
 	// minMessage is the smallest buffered message: preamble and postamble.
-	minMessage = preambleSize + postambleSize
+	minMessage = wire.PreambleSize + wire.PostambleSize
 
 	// maxCBOR caps one CBOR frame body or descriptor read at open, so that a
 	// hostile length costs an error rather than an allocation.
 	maxCBOR = 64 << 20
 )
 
-// Frame types.
-const (
-	typeHeaderMetadata = 1
-	typeHeaderIndex    = 2
-	typeHeaderHash     = 3
-	typeV2Data         = 4
-	typeFooterHash     = 5
-	typeFooterIndex    = 6
-	typeFooterMetadata = 7
-	typePreceder       = 8
-	typeData           = 9
-)
-
-// Frame and message flags.
-const (
-	frameCBORAfterPayload = 1 << 0 // data frames
-	frameHashPresent      = 1 << 1 // 0.21+
-	messageHashesPresent  = 1 << 7
-)
-
 var typeNames = map[uint16]string{
-	typeHeaderMetadata: "header metadata", typeHeaderIndex: "header index", typeHeaderHash: "header hash",
-	typeFooterHash: "footer hash", typeFooterIndex: "footer index", typeFooterMetadata: "footer metadata",
-	typePreceder: "preceder metadata", typeData: "data object",
+	wire.TypeHeaderMetadata: "header metadata", wire.TypeHeaderIndex: "header index", wire.TypeHeaderHash: "header hash",
+	wire.TypeFooterHash: "footer hash", wire.TypeFooterIndex: "footer index", wire.TypeFooterMetadata: "footer metadata",
+	wire.TypePreceder: "preceder metadata", wire.TypeData: "data object",
 }
 
 // frame is one walked frame; offsets are absolute file offsets.
@@ -63,14 +35,16 @@ type frame struct {
 }
 
 func (f *frame) tail() uint64 {
-	if f.typ == typeData {
+	if f.typ == wire.TypeData {
 		return 20
 	}
 	return 12
 }
 
 // body is the hashed part of the frame: between the header and the tail.
-func (f *frame) body() (off, n uint64) { return f.off + frameHeader, f.len - frameHeader - f.tail() }
+func (f *frame) body() (off, n uint64) {
+	return f.off + wire.FrameHeaderSize, f.len - wire.FrameHeaderSize - f.tail()
+}
 
 func (f *frame) name() string {
 	if s, ok := typeNames[f.typ]; ok {
@@ -175,14 +149,6 @@ func (f *file) find(pat string, from, limit uint64) (uint64, error) {
 	return limit, nil
 }
 
-// align8 rounds a message-relative position up to the padding grid.
-func align8(pos uint64) uint64 {
-	if pos > ^uint64(0)-7 {
-		return ^uint64(0)
-	}
-	return (pos + 7) &^ 7
-}
-
 // preamble is the fixed start of a message.
 type preamble struct {
 	version, flags uint16
@@ -212,7 +178,7 @@ func (f *file) delimit(start uint64, pre preamble) (length uint64, reason string
 		if err != nil {
 			return 0, "", err
 		}
-		if string(end) != endMagic {
+		if string(end) != wire.EndMagic {
 			return 0, fmt.Sprintf("no end magic at its declared length %d", pre.total), nil
 		}
 		return pre.total, "", nil
@@ -223,22 +189,22 @@ func (f *file) delimit(start uint64, pre preamble) (length uint64, reason string
 	if err != nil || reason != "" {
 		return 0, reason, err
 	}
-	if f.size-end < postambleSize {
+	if f.size-end < wire.PostambleSize {
 		return 0, "it ends before its postamble (cut off while being written?)", nil
 	}
-	post, err := f.read(end, postambleSize)
+	post, err := f.read(end, wire.PostambleSize)
 	if err != nil {
 		return 0, "", err
 	}
-	length = end + postambleSize - start
+	length = end + wire.PostambleSize - start
 	firstFooter := binary.BigEndian.Uint64(post[0:8])
 	total := binary.BigEndian.Uint64(post[8:16])
 	switch {
-	case string(post[16:]) != endMagic:
+	case string(post[16:]) != wire.EndMagic:
 		return 0, fmt.Sprintf("offset %d holds neither a frame nor the postamble", end), nil
 	case total != 0 && total != length:
 		return 0, fmt.Sprintf("postamble length %d disagrees with the walked length %d", total, length), nil
-	case firstFooter < preambleSize || firstFooter > end-start:
+	case firstFooter < wire.PreambleSize || firstFooter > end-start:
 		return 0, fmt.Sprintf("postamble first-footer offset %d is out of range", firstFooter), nil
 	}
 	return length, "", nil
@@ -294,17 +260,17 @@ func allZero(b []byte) bool {
 // message starts (see frameChainEnd); delimit checks the postamble against
 // the message once its start and end are known.
 func (f *file) mayBePostamble(p uint64) (bool, error) {
-	if f.size-p < postambleSize {
+	if f.size-p < wire.PostambleSize {
 		return false, nil
 	}
-	b, err := f.read(p, postambleSize)
+	b, err := f.read(p, wire.PostambleSize)
 	if err != nil {
 		return false, err
 	}
 	firstFooter := binary.BigEndian.Uint64(b[0:8])
 	total := binary.BigEndian.Uint64(b[8:16])
-	return string(b[16:]) == endMagic && firstFooter >= preambleSize && firstFooter <= p &&
-		(total == 0 || total >= minMessage && total <= p+postambleSize), nil
+	return string(b[16:]) == wire.EndMagic && firstFooter >= wire.PreambleSize && firstFooter <= p &&
+		(total == 0 || total >= minMessage && total <= p+wire.PostambleSize), nil
 }
 
 // frameChainEnd follows the frames after the preamble at start to the
@@ -325,7 +291,7 @@ func (f *file) frameChainEnd(start uint64) (end uint64, reason string, err error
 		}
 		return e.pos, e.reason, nil
 	}
-	pos := start + preambleSize
+	pos := start + wire.PreambleSize
 	for {
 		at := walkPos{pos, (pos - start) % 8}
 		if e, ok := f.chains[at]; ok {
@@ -339,10 +305,10 @@ func (f *file) frameChainEnd(start uint64) (end uint64, reason string, err error
 		if err != nil {
 			return 0, "", err
 		}
-		if string(marker) != frameMarker {
+		if string(marker) != wire.FrameMarker {
 			return remember(chainEnd{pos: pos})
 		}
-		if f.size-pos < frameHeader {
+		if f.size-pos < wire.FrameHeaderSize {
 			return remember(chainEnd{reason: "a frame header is cut off by the end of the file"})
 		}
 		flen, err := f.u64(pos + 8)
@@ -364,15 +330,15 @@ func (f *file) frameChainEnd(start uint64) (end uint64, reason string, err error
 // start a frame are skipped as upstream readers skip them; skipped reports
 // how many were not zero.
 func (f *file) walk(start, length uint64) (frames []frame, skipped uint64, err error) {
-	end := start + length - postambleSize
-	pos := start + preambleSize
+	end := start + length - wire.PostambleSize
+	pos := start + wire.PreambleSize
 	for pos < end {
-		head, err := f.read(pos, min(frameHeader, end-pos))
+		head, err := f.read(pos, min(wire.FrameHeaderSize, end-pos))
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(head) < frameHeader || string(head[:2]) != frameMarker {
-			next, err := f.find(frameMarker, pos+1, end)
+		if len(head) < wire.FrameHeaderSize || string(head[:2]) != wire.FrameMarker {
+			next, err := f.find(wire.FrameMarker, pos+1, end)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -394,14 +360,14 @@ func (f *file) walk(start, length uint64) (frames []frame, skipped uint64, err e
 			off:   pos,
 			len:   binary.BigEndian.Uint64(head[8:16]),
 		}
-		if fr.typ == 0 || fr.typ == typeV2Data || fr.typ > typeData {
+		if fr.typ == 0 || fr.typ == wire.TypeV2Data || fr.typ > wire.TypeData {
 			what := fmt.Sprintf("unknown frame type %d", fr.typ)
-			if fr.typ == typeV2Data {
+			if fr.typ == wire.TypeV2Data {
 				what = "frame type 4 (the obsolete v2 data frame)"
 			}
 			return nil, 0, fmt.Errorf("%s at offset %d", what, pos)
 		}
-		minLen := frameHeader + fr.tail()
+		minLen := wire.FrameHeaderSize + fr.tail()
 		if fr.len < minLen {
 			return nil, 0, fmt.Errorf("%s frame at offset %d: length %d is below the %d-byte minimum", fr.name(), pos, fr.len, minLen)
 		}
@@ -412,11 +378,11 @@ func (f *file) walk(start, length uint64) (frames []frame, skipped uint64, err e
 		if err != nil {
 			return nil, 0, err
 		}
-		if string(tail[len(tail)-4:]) != frameEnd {
+		if string(tail[len(tail)-4:]) != wire.FrameEnd {
 			return nil, 0, fmt.Errorf("%s frame at offset %d: no ENDF marker at its end", fr.name(), pos)
 		}
 		fr.hash = binary.BigEndian.Uint64(tail[len(tail)-12:])
-		if fr.typ == typeData {
+		if fr.typ == wire.TypeData {
 			fr.cborOffset = binary.BigEndian.Uint64(tail[:8])
 		}
 		frames = append(frames, fr)

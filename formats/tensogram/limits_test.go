@@ -2,7 +2,6 @@ package tensogram
 
 import (
 	"bytes"
-	"github.com/ztfs/ztfs/formats/formatstest"
 	"runtime"
 	"strings"
 	"testing"
@@ -46,22 +45,4 @@ func TestCBORLimits(t *testing.T) {
 			t.Errorf("%s: allocated %d bytes", tc.name, n)
 		}
 	}
-}
-
-// A metadata frame nested past the limit is refused at open with the
-// frame it is in.
-func TestDeepMetadataRefused(t *testing.T) {
-	deep := map[string]any{}
-	cur := deep
-	for i := 0; i < 300; i++ {
-		next := map[string]any{}
-		cur["k"] = next
-		cur = next
-	}
-	b, err := EncodeMessage(Message{Extra: deep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = open(b)
-	formatstest.Refused(t, err, "Tensogram", "header metadata frame at offset 24: invalid CBOR: cbor: exceeded max nested level 256")
 }

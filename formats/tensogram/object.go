@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 )
 
 // object is one data-object frame with its descriptor.
@@ -26,11 +27,11 @@ type object struct {
 func readObject(f *file, fr *frame, hashed bool) (*object, error) {
 	o := &object{frame: fr, hashed: hashed}
 	end := fr.len - fr.tail() // frame-relative end of the body
-	if fr.cborOffset < frameHeader || fr.cborOffset > end {
-		return nil, fmt.Errorf("cbor_offset %d is outside the frame body [%d, %d]", fr.cborOffset, frameHeader, end)
+	if fr.cborOffset < wire.FrameHeaderSize || fr.cborOffset > end {
+		return nil, fmt.Errorf("cbor_offset %d is outside the frame body [%d, %d]", fr.cborOffset, wire.FrameHeaderSize, end)
 	}
 	var descBytes []byte
-	if fr.flags&frameCBORAfterPayload != 0 {
+	if fr.flags&wire.FrameCBORAfterPayload != 0 {
 		n := end - fr.cborOffset
 		if n > maxCBOR {
 			return nil, fmt.Errorf("%d-byte descriptor exceeds the %d-byte limit", n, maxCBOR)
@@ -40,7 +41,7 @@ func readObject(f *file, fr *frame, hashed bool) (*object, error) {
 			return nil, err
 		}
 		descBytes = b
-		o.regionOff, o.regionLen = fr.off+frameHeader, fr.cborOffset-frameHeader
+		o.regionOff, o.regionLen = fr.off+wire.FrameHeaderSize, fr.cborOffset-wire.FrameHeaderSize
 	} else {
 		// The descriptor comes first; its length is that of one CBOR item,
 		// found by reading more of the frame until it parses.
@@ -193,7 +194,7 @@ type decoding struct {
 func (o *object) plan() (*decoding, error) {
 	d := o.desc
 	dec := &decoding{encoding: formats.Raw}
-	isBitmask := d.dt.dtype == formats.Bitmask
+	isBitmask := d.dt.DType == formats.Bitmask
 	encoded, known, err := d.encodedSize()
 	if err != nil {
 		return nil, unsupported("invalid simple_packing parameters: %v", err)
@@ -274,16 +275,16 @@ func (o *object) plan() (*decoding, error) {
 	if unpack != nil {
 		dec.codecs = append(dec.codecs, *unpack)
 	} else {
-		dec.bigEndian = d.bigEndian && d.dt.swap > 1
+		dec.bigEndian = d.bigEndian && d.dt.Swap > 1
 	}
 	if len(d.masks) > 0 {
-		info, _ := d.dt.dtype.Info()
+		info, _ := d.dt.DType.Info()
 		if unpack == nil && info.Kind != formats.KindFloat && info.Kind != formats.KindComplex {
 			return nil, unsupported("NaN/Inf masks on a %s object", d.dtypeName)
 		}
 		dec.masks = &formats.Masks{Count: d.elements}
 		for kind, m := range d.masks {
-			if _, ok := maskMethods[m.method]; !ok {
+			if !wire.MaskMethod(m.method) {
 				return nil, unsupported("mask %s uses method %q, which is not supported", kind, m.method)
 			}
 			blob := &formats.MaskBlob{Method: m.method, Region: formats.Region{Offset: o.regionOff + m.offset, Length: m.length}}
@@ -299,9 +300,6 @@ func (o *object) plan() (*decoding, error) {
 	}
 	return dec, nil
 }
-
-// maskMethods are the mask codecs ztfs decodes.
-var maskMethods = map[string]bool{"none": true, "rle": true, "roaring": true, "zstd": true, "lz4": true}
 
 // szip reads the szip parameters and works out the bits per sample, which
 // the descriptor does not store (docs/formats/tensogram.md,
@@ -330,7 +328,7 @@ func (d *descriptor) szip(unpack *formats.SimpleUnpack, unshuffle *formats.Unshu
 	case unshuffle != nil:
 		p.BitsPerSample = 8
 	default:
-		p.BitsPerSample = int(d.dt.width * 8)
+		p.BitsPerSample = int(d.dt.Width * 8)
 	}
 	if p.BitsPerSample < 1 || p.BitsPerSample > 32 {
 		return nil, unsupported("szip cannot code %d-bit samples", p.BitsPerSample)
@@ -355,7 +353,7 @@ func (o *object) tensor(m, i int, name string, base map[string]any) (*formats.Te
 		Name:   strconv.Itoa(m) + "/" + name,
 		Path:   []string{strconv.Itoa(m), name},
 		Shape:  d.shape,
-		DType:  d.dt.dtype,
+		DType:  d.dt.DType,
 		Layout: "dense",
 	}
 	meta := map[string]any{}
@@ -371,7 +369,7 @@ func (o *object) tensor(m, i int, name string, base map[string]any) (*formats.Te
 		"object":     int64(i),
 		"frame":      map[string]any{"offset": o.frame.off, "length": o.frame.len},
 	}
-	if d.byteOrder == "" && d.encoding == "none" && d.dt.swap > 1 {
+	if d.byteOrder == "" && d.encoding == "none" && d.dt.Swap > 1 {
 		attrs["note"] = "the descriptor has no byte_order; read as little-endian"
 	}
 	t.Attributes = attrs

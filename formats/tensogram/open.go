@@ -7,16 +7,15 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
 // Sniff reports whether head, the first bytes of a file, starts a Tensogram
 // message. Files that start with other bytes are legal upstream but are not
 // recognised (detection looks at the start only).
-func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(magic)) }
+func Sniff(head []byte) bool { return bytes.HasPrefix(head, []byte(wire.Magic)) }
 
 // maxPreambleWarnings bounds the warnings about skipped preambles, of which
 // a hostile file can have one every few bytes.
@@ -39,7 +38,7 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 		return nil, fmt.Errorf("invalid file size %d", size)
 	}
 	f := &file{r: r, size: uint64(size)}
-	c := &formats.Container{Format: "tensogram", FormatVersion: strconv.Itoa(wireVersion)}
+	c := &formats.Container{Format: "tensogram", FormatVersion: strconv.Itoa(wire.Version)}
 	var messages []any
 	var skipped []any
 	otherVersion := -1
@@ -52,19 +51,19 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	}
 	pos, gapStart := uint64(0), uint64(0)
 	for pos < f.size {
-		at, err := f.find(magic, pos, f.size)
+		at, err := f.find(wire.Magic, pos, f.size)
 		if err != nil {
 			return nil, err
 		}
-		if at == f.size || f.size-at < preambleSize {
+		if at == f.size || f.size-at < wire.PreambleSize {
 			break
 		}
-		head, err := f.read(at, preambleSize)
+		head, err := f.read(at, wire.PreambleSize)
 		if err != nil {
 			return nil, err
 		}
 		pre := parsePreamble(head)
-		if pre.version != wireVersion {
+		if pre.version != wire.Version {
 			otherVersion = int(pre.version)
 			pos = at + 1
 			continue
@@ -129,261 +128,6 @@ type message struct {
 	tensors      []*formats.Tensor
 	warnings     []string
 	skippedBytes uint64
-}
-
-// readMessage walks and checks the message [off, off+length).
-func readMessage(f *file, off, length uint64, pre preamble, index int) (*message, error) {
-	msg := &message{index: index, off: off, length: length, pre: pre}
-	post, err := f.read(off+length-postambleSize, postambleSize)
-	if err != nil {
-		return nil, err
-	}
-	firstFooter := beUint64(post[0:8])
-	if total := beUint64(post[8:16]); total != 0 && pre.total != 0 && total != pre.total {
-		return nil, fmt.Errorf("the postamble's length %d disagrees with the preamble's %d", total, pre.total)
-	}
-	if firstFooter < preambleSize || firstFooter > length-postambleSize {
-		return nil, fmt.Errorf("the postamble's first-footer offset %d is outside the message", firstFooter)
-	}
-	frames, skippedBytes, err := f.walk(off, length)
-	if err != nil {
-		return nil, err
-	}
-	if skippedBytes > 0 {
-		msg.warnings = append(msg.warnings, fmt.Sprintf("message %d: %d non-zero bytes between frames were skipped", index, skippedBytes))
-	}
-
-	// Which hash slots hold digests (docs/formats/tensogram.md, "Hashes"): the
-	// per-frame bit when any frame has it, else the legacy preamble bit.
-	perFrame, unflagged := false, false
-	for i := range frames {
-		if frames[i].flags&frameHashPresent != 0 {
-			perFrame = true
-		} else {
-			unflagged = true
-		}
-	}
-	legacy := pre.flags&messageHashesPresent != 0 && !perFrame
-	if perFrame && unflagged && pre.flags&messageHashesPresent != 0 {
-		msg.warnings = append(msg.warnings, fmt.Sprintf("message %d: only some frames are marked hashed; the others are not verified", index))
-	}
-	hashed := func(fr *frame) bool { return legacy || fr.flags&frameHashPresent != 0 }
-
-	// Phases and preceders (docs/formats/tensogram.md, "Frames and phases").
-	const (
-		header = iota
-		body
-		footer
-	)
-	phase := header
-	var dataFrames []*frame
-	var preceders []*frame // per data frame, nil when it has none
-	var pending *frame
-	var headerMeta, footerMeta *frame
-	var indexes, hashFrames []*frame
-	for i := range frames {
-		fr := &frames[i]
-		switch fr.typ {
-		case typeHeaderMetadata, typeHeaderIndex, typeHeaderHash:
-			if phase != header {
-				return nil, fmt.Errorf("%s frame at offset %d comes after a data object", fr.name(), fr.off)
-			}
-		case typePreceder:
-			if phase == footer {
-				return nil, fmt.Errorf("preceder metadata frame at offset %d comes after a footer frame", fr.off)
-			}
-			if pending != nil {
-				return nil, fmt.Errorf("two preceder metadata frames in a row at offset %d", fr.off)
-			}
-			phase, pending = body, fr
-		case typeData:
-			if phase == footer {
-				return nil, fmt.Errorf("data object frame at offset %d comes after a footer frame", fr.off)
-			}
-			phase = body
-			dataFrames = append(dataFrames, fr)
-			preceders = append(preceders, pending)
-			pending = nil
-		case typeFooterHash, typeFooterIndex, typeFooterMetadata:
-			if pending != nil {
-				return nil, fmt.Errorf("the preceder metadata frame at offset %d is not followed by a data object", pending.off)
-			}
-			phase = footer
-		}
-		switch fr.typ {
-		case typeHeaderMetadata:
-			headerMeta = fr
-		case typeFooterMetadata:
-			footerMeta = fr
-		case typeHeaderIndex, typeFooterIndex:
-			indexes = append(indexes, fr)
-		case typeHeaderHash, typeFooterHash:
-			hashFrames = append(hashFrames, fr)
-		}
-	}
-	if pending != nil {
-		return nil, fmt.Errorf("the preceder metadata frame at offset %d is not followed by a data object", pending.off)
-	}
-	if headerMeta == nil && footerMeta == nil {
-		return nil, fmt.Errorf("no metadata frame")
-	}
-	msg.objects = len(dataFrames)
-
-	// The small frames: read, hash-check, parse.
-	readCBOR := func(fr *frame) (any, error) {
-		bodyOff, n := fr.body()
-		if n > maxCBOR {
-			return nil, fmt.Errorf("%s frame at offset %d: %d-byte CBOR body exceeds the %d-byte limit", fr.name(), fr.off, n, maxCBOR)
-		}
-		b, err := f.read(bodyOff, n)
-		if err != nil {
-			return nil, err
-		}
-		if hashed(fr) {
-			if got := xxh3.Hash(b); got != fr.hash {
-				return nil, fmt.Errorf("%s frame at offset %d: xxh3 hash mismatch (slot %016x, computed %016x)", fr.name(), fr.off, fr.hash, got)
-			}
-		}
-		v, err := decodeCBOR(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s frame at offset %d: %w", fr.name(), fr.off, err)
-		}
-		return v, nil
-	}
-	readMetadata := func(fr *frame) (*globalMetadata, error) {
-		v, err := readCBOR(fr)
-		if err != nil {
-			return nil, err
-		}
-		g, err := parseGlobalMetadata(v)
-		if err != nil {
-			return nil, fmt.Errorf("%s frame at offset %d: %w", fr.name(), fr.off, err)
-		}
-		return g, nil
-	}
-	// Footer metadata is complete where a streaming writer's header copy
-	// holds only what it was given at the start (docs/formats/tensogram.md,
-	// "Metadata, index, preceders").
-	metaFrame := footerMeta
-	msg.metaFrom = "footer"
-	if metaFrame == nil {
-		metaFrame, msg.metaFrom = headerMeta, "header"
-	}
-	dialectA := false
-	for _, fr := range []*frame{headerMeta, footerMeta} {
-		if fr == nil {
-			continue
-		}
-		g, err := readMetadata(fr)
-		if err != nil {
-			return nil, err
-		}
-		dialectA = dialectA || g.version
-		if fr == metaFrame {
-			msg.meta = g
-		}
-	}
-	if len(msg.meta.base) > len(dataFrames) {
-		return nil, fmt.Errorf("metadata describes %d objects but the message holds %d", len(msg.meta.base), len(dataFrames))
-	}
-	for len(msg.meta.base) < len(dataFrames) {
-		msg.meta.base = append(msg.meta.base, map[string]any{})
-	}
-	for i, fr := range preceders {
-		if fr == nil {
-			continue
-		}
-		g, err := readMetadata(fr)
-		if err != nil {
-			return nil, err
-		}
-		if len(g.base) != 1 {
-			return nil, fmt.Errorf("preceder metadata frame at offset %d has %d base entries, not 1", fr.off, len(g.base))
-		}
-		// A key-level merge: the preceder's keys replace the message's.
-		for k, v := range g.base[0] {
-			if k != "_reserved_" {
-				msg.meta.base[i][k] = v
-			}
-		}
-	}
-	for _, fr := range indexes {
-		v, err := readCBOR(fr)
-		if err != nil {
-			return nil, err
-		}
-		ix, err := parseIndex(v)
-		if err != nil {
-			return nil, fmt.Errorf("%s frame at offset %d: %w", fr.name(), fr.off, err)
-		}
-		if len(ix.offsets) != len(dataFrames) {
-			return nil, fmt.Errorf("%s frame lists %d objects but the message holds %d", fr.name(), len(ix.offsets), len(dataFrames))
-		}
-		for i, d := range dataFrames {
-			if ix.offsets[i] != d.off-off || ix.lengths[i] != d.len {
-				return nil, fmt.Errorf("%s frame places object %d at offset %d, length %d; the frame is at %d, length %d",
-					fr.name(), i, ix.offsets[i], ix.lengths[i], d.off-off, d.len)
-			}
-		}
-	}
-	for _, fr := range hashFrames {
-		v, err := readCBOR(fr)
-		if err != nil {
-			return nil, err
-		}
-		h, err := parseHashList(v)
-		if err != nil {
-			return nil, fmt.Errorf("%s frame at offset %d: %w", fr.name(), fr.off, err)
-		}
-		if h.algorithm != "xxh3" {
-			msg.warnings = append(msg.warnings, fmt.Sprintf("message %d: hash algorithm %q is unknown; its hash list is not checked", index, h.algorithm))
-			continue
-		}
-		if len(h.hashes) != len(dataFrames) {
-			return nil, fmt.Errorf("%s frame lists %d hashes but the message holds %d objects", fr.name(), len(h.hashes), len(dataFrames))
-		}
-		for i, d := range dataFrames {
-			if hashed(d) && h.hashes[i] != fmt.Sprintf("%016x", d.hash) {
-				return nil, fmt.Errorf("%s frame gives object %d the hash %q but its frame holds %016x", fr.name(), i, h.hashes[i], d.hash)
-			}
-		}
-	}
-
-	// The objects.
-	names := make([]string, len(dataFrames))
-	objs := make([]*object, len(dataFrames))
-	usesSP, usesPrefixed := false, false
-	for i, fr := range dataFrames {
-		o, err := readObject(f, fr, hashed(fr))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", objectLabel(i, fr.off, msg.meta.base[i]), err)
-		}
-		objs[i] = o
-		if o.desc.encoding == "simple_packing" {
-			_, prefixed := o.desc.raw["sp_bits_per_value"]
-			usesSP, usesPrefixed = true, usesPrefixed || prefixed
-		}
-		lookup := map[string]any{}
-		for k, v := range o.desc.raw {
-			lookup[k] = v
-		}
-		for k, v := range msg.meta.base[i] {
-			if k != "_reserved_" {
-				lookup[k] = v
-			}
-		}
-		names[i] = objectName(lookup, i)
-	}
-	names = dedupe(names)
-	for i, o := range objs {
-		t, err := o.tensor(index, i, names[i], msg.meta.base[i])
-		if err != nil {
-			return nil, formats.InTensor(strconv.Itoa(index)+"/"+names[i], fmt.Errorf("object %d (frame at offset %d): %w", i, o.frame.off, err))
-		}
-		msg.tensors = append(msg.tensors, t)
-	}
-	msg.dialect = dialect(dialectA, perFrame, usesSP, usesPrefixed, pre.flags&messageHashesPresent != 0)
-	return msg, nil
 }
 
 // objectLabel names object i, whose frame is at off, in an error of its

@@ -3,37 +3,15 @@ package tensogram
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/ztfs/ztfs/formats/formatstest"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/fixtures"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramtest"
+	"github.com/ztfs/ztfs/formats/tensogram/wire"
 )
-
-func fixture(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtures.Dir(), "tensogram", rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func open(b []byte) (*formats.Container, error) { return Open(bytes.NewReader(b), int64(len(b))) }
-
-func messages(c *formats.Container) []map[string]any {
-	var out []map[string]any
-	list, _ := c.Attributes["messages"].([]any)
-	for _, m := range list {
-		out = append(out, m.(map[string]any))
-	}
-	return out
-}
 
 // The shared fixtures, with the facts their README documents.
 func TestFixtures(t *testing.T) {
@@ -57,14 +35,14 @@ func TestFixtures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
-			c, err := open(fixture(t, tc.file))
+			c, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", tc.file))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c.Format != "tensogram" || c.FormatVersion != "3" || len(c.Warnings) != 0 {
 				t.Errorf("format %s %s, warnings %v", c.Format, c.FormatVersion, c.Warnings)
 			}
-			ms := messages(c)
+			ms := tensogramtest.Messages(c)
 			if len(ms) != tc.messages || len(c.Files) != tc.messages {
 				t.Fatalf("%d messages, %d metadata files; want %d", len(ms), len(c.Files), tc.messages)
 			}
@@ -96,7 +74,7 @@ func TestFixtures(t *testing.T) {
 }
 
 func TestFixtureDetails(t *testing.T) {
-	c, err := open(fixture(t, "golden_v0.24.0/multi_object.tgm"))
+	c, err := formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", "golden_v0.24.0/multi_object.tgm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +98,7 @@ func TestFixtureDetails(t *testing.T) {
 		t.Errorf("int64 object: %+v", big)
 	}
 
-	c, err = open(fixture(t, "metadata_parity/metadata_parity.tgm"))
+	c, err = formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", "metadata_parity/metadata_parity.tgm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +106,7 @@ func TestFixtureDetails(t *testing.T) {
 	if meta["shortName"] != "2t" || meta["ratio"] != 0.5 || meta["note"] != "" || meta["flag"] != true {
 		t.Errorf("base[0] = %v", meta)
 	}
-	if x := messages(c)[0]["_extra_"].(map[string]any); x["source"] != "parity-fixture" {
+	if x := tensogramtest.Messages(c)[0]["_extra_"].(map[string]any); x["source"] != "parity-fixture" {
 		t.Errorf("_extra_ = %v", x)
 	}
 	if f := c.Files[0]; f.Name != "metadata.json" || strings.Join(f.Dir, "/") != "tensors/0" ||
@@ -136,11 +114,11 @@ func TestFixtureDetails(t *testing.T) {
 		t.Errorf("metadata file %s/%s: %s", f.Dir, f.Name, f.Content)
 	}
 
-	c, err = open(fixture(t, "remote_parity/streaming-tail.tgm"))
+	c, err = formatstest.OpenBytes(Open, formatstest.ReadFixture(t, "tensogram", "remote_parity/streaming-tail.tgm"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := messages(c)[9]
+	last := tensogramtest.Messages(c)[9]
 	if last["streaming"] != true || last["offset"] != uint64(5328) || last["length"] != uint64(656) {
 		t.Errorf("streaming message: %v", last)
 	}
@@ -149,8 +127,8 @@ func TestFixtureDetails(t *testing.T) {
 // Bytes outside messages are skipped and recorded; a message cut off at the
 // end is skipped with a warning; the complete messages still open.
 func TestGarbageAndTruncation(t *testing.T) {
-	two := fixture(t, "remote_parity/two-msg.tgm")
-	footer := fixture(t, "remote_parity/single-msg-footer.tgm")
+	two := formatstest.ReadFixture(t, "tensogram", "remote_parity/two-msg.tgm")
+	footer := formatstest.ReadFixture(t, "tensogram", "remote_parity/single-msg-footer.tgm")
 	var b bytes.Buffer
 	b.Write(two[:592])
 	b.WriteString("garbage between messages, even with TENSOGRM inside")
@@ -158,7 +136,7 @@ func TestGarbageAndTruncation(t *testing.T) {
 	b.Write(make([]byte, 13))
 	b.Write(footer)
 	b.Write(footer[:300]) // cut off while being written
-	c, err := open(b.Bytes())
+	c, err := formatstest.OpenBytes(Open, b.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +150,9 @@ func TestGarbageAndTruncation(t *testing.T) {
 
 	// Every truncation of a one-message file either fails cleanly or, at
 	// full length, opens; none panics.
-	one := fixture(t, "golden_v0.24.0/multi_object.tgm")
+	one := formatstest.ReadFixture(t, "tensogram", "golden_v0.24.0/multi_object.tgm")
 	for n := 0; n < len(one); n++ {
-		if _, err := open(one[:n]); err == nil {
+		if _, err := formatstest.OpenBytes(Open, one[:n]); err == nil {
 			t.Fatalf("a %d-byte prefix opened", n)
 		}
 	}
@@ -183,9 +161,9 @@ func TestGarbageAndTruncation(t *testing.T) {
 // Structural damage the mount must refuse (docs/formats/tensogram.md and the
 // docs/formats/tensogram.md, "Refused at mount").
 func TestStructuralDamage(t *testing.T) {
-	base := fixture(t, "golden_v0.24.0/multi_object.tgm")
+	base := formatstest.ReadFixture(t, "tensogram", "golden_v0.24.0/multi_object.tgm")
 	frameAt := func(b []byte, typ uint16) int {
-		for off := preambleSize; off+frameHeader <= len(b); {
+		for off := wire.PreambleSize; off+wire.FrameHeaderSize <= len(b); {
 			if binary.BigEndian.Uint16(b[off+2:]) == typ {
 				return off
 			}
@@ -200,16 +178,16 @@ func TestStructuralDamage(t *testing.T) {
 		damage func(b []byte)
 		want   string
 	}{
-		{"metadata hash", func(b []byte) { b[frameAt(b, typeHeaderMetadata)+frameHeader+3] ^= 0x20 }, ""},
-		{"type 4 frame", func(b []byte) { binary.BigEndian.PutUint16(b[frameAt(b, typeData)+2:], 4) }, "4"},
-		{"unknown frame type", func(b []byte) { binary.BigEndian.PutUint16(b[frameAt(b, typeData)+2:], 11) }, ""},
+		{"metadata hash", func(b []byte) { b[frameAt(b, wire.TypeHeaderMetadata)+wire.FrameHeaderSize+3] ^= 0x20 }, ""},
+		{"type 4 frame", func(b []byte) { binary.BigEndian.PutUint16(b[frameAt(b, wire.TypeData)+2:], 4) }, "4"},
+		{"unknown frame type", func(b []byte) { binary.BigEndian.PutUint16(b[frameAt(b, wire.TypeData)+2:], 11) }, ""},
 		{"missing ENDF", func(b []byte) {
-			off := frameAt(b, typeHeaderIndex)
+			off := frameAt(b, wire.TypeHeaderIndex)
 			n := int(binary.BigEndian.Uint64(b[off+8:]))
 			copy(b[off+n-4:], "XNDF")
 		}, "ENDF"},
 		{"frame runs past the message", func(b []byte) {
-			off := frameAt(b, typeData)
+			off := frameAt(b, wire.TypeData)
 			binary.BigEndian.PutUint64(b[off+8:], 1<<20)
 		}, ""},
 		{"postamble length", func(b []byte) { binary.BigEndian.PutUint64(b[len(b)-16:], 8) }, ""},
@@ -218,15 +196,15 @@ func TestStructuralDamage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := append([]byte(nil), base...)
 			tc.damage(b)
-			_, err := open(b)
+			_, err := formatstest.OpenBytes(Open, b)
 			formatstest.Refused(t, err, "Tensogram", tc.want)
 		})
 	}
 	// A damaged data payload is not looked at when opening: it is found by
 	// the hash check when the object is first read.
 	b := append([]byte(nil), base...)
-	b[frameAt(b, typeData)+frameHeader] ^= 1
-	if _, err := open(b); err != nil {
+	b[frameAt(b, wire.TypeData)+wire.FrameHeaderSize] ^= 1
+	if _, err := formatstest.OpenBytes(Open, b); err != nil {
 		t.Errorf("damaged payload refused at open: %v", err)
 	}
 }
@@ -267,9 +245,9 @@ func TestObjectNames(t *testing.T) {
 // scan walk the chain once per preamble (quadratic: minutes for this file).
 func TestHiddenPreamblesScanInLinearTime(t *testing.T) {
 	preamble := func() []byte {
-		p := make([]byte, preambleSize)
-		copy(p, magic)
-		binary.BigEndian.PutUint16(p[8:], wireVersion)
+		p := make([]byte, wire.PreambleSize)
+		copy(p, wire.Magic)
+		binary.BigEndian.PutUint16(p[8:], wire.Version)
 		return p // total_length 0: streaming
 	}
 	var b bytes.Buffer
@@ -277,15 +255,15 @@ func TestHiddenPreamblesScanInLinearTime(t *testing.T) {
 	const frames = 1 << 16
 	for i := 0; i < frames; i++ {
 		fr := make([]byte, 64)
-		copy(fr, frameMarker)
-		binary.BigEndian.PutUint16(fr[2:], typeData)
+		copy(fr, wire.FrameMarker)
+		binary.BigEndian.PutUint16(fr[2:], wire.TypeData)
 		binary.BigEndian.PutUint64(fr[8:], 64)
 		copy(fr[40:], preamble()) // its frames would start right after it
 		b.Write(fr)
 	}
 	b.WriteString("no postamble")
 	start := time.Now()
-	_, err := open(b.Bytes())
+	_, err := formatstest.OpenBytes(Open, b.Bytes())
 	if err == nil {
 		t.Fatal("a file without a complete message opened")
 	}
@@ -303,12 +281,12 @@ func TestFindMatchesPlainSearch(t *testing.T) {
 	}
 	plant := []int{0, 5, scanChunk - 8, scanChunk - 3, scanChunk, scanChunk + 1, 2*scanChunk - 1, len(data) - 8}
 	for _, p := range plant {
-		copy(data[p:], magic)
+		copy(data[p:], wire.Magic)
 	}
 	f := &file{r: bytes.NewReader(data), size: uint64(len(data))}
 	// An occurrence counts when it starts before limit.
 	naive := func(from, limit int) int {
-		if i := bytes.Index(data[from:min(len(data), limit+len(magic)-1)], []byte(magic)); i >= 0 {
+		if i := bytes.Index(data[from:min(len(data), limit+len(wire.Magic)-1)], []byte(wire.Magic)); i >= 0 {
 			return from + i
 		}
 		return limit
@@ -318,29 +296,10 @@ func TestFindMatchesPlainSearch(t *testing.T) {
 			if limit < from || limit > len(data) {
 				continue
 			}
-			got, err := f.find(magic, uint64(from), uint64(limit))
+			got, err := f.find(wire.Magic, uint64(from), uint64(limit))
 			if want := naive(from, limit); err != nil || int(got) != want {
 				t.Errorf("find from %d to %d = %d, %v; want %d", from, limit, got, err, want)
 			}
 		}
 	}
-}
-
-// An error about an object's descriptor names the object by its metadata
-// name too, which is what its directory is called.
-func TestObjectErrorNamesTheObject(t *testing.T) {
-	b, err := EncodeMessage(Message{Objects: []Object{
-		{DType: "uint8", Shape: []uint64{2}, Data: []byte{1, 2}, Metadata: map[string]any{"name": "first"}},
-		{DType: "uint8", Shape: []uint64{2}, Data: []byte{3, 4}, Metadata: map[string]any{"name": "second"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The second data frame's cbor_offset, 20 bytes before its end.
-	at := bytes.LastIndex(b, []byte{'F', 'R', 0, typeData})
-	end := at + int(binary.BigEndian.Uint64(b[at+8:]))
-	binary.BigEndian.PutUint64(b[end-20:], 1)
-	_, err = open(b)
-	want := `object 1 (frame at offset ` + strconv.Itoa(at) + `, named "second"): cbor_offset 1 is outside the frame body`
-	formatstest.Refused(t, err, "Tensogram", want)
 }

@@ -11,7 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramtest"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/npy"
 	"github.com/ztfs/ztfs/internal/pipeline"
@@ -127,7 +128,7 @@ func le64(v ...float64) []byte {
 
 // paddingObjects are objects whose frame lengths are not multiples of 8,
 // through several codecs; each one's tensor.npy data is its Data.
-func paddingObjects() []tensogram.Object {
+func paddingObjects() []tensogramwrite.Object {
 	i16 := make([]byte, 2*301)
 	for i := range 301 {
 		binary.LittleEndian.PutUint16(i16[2*i:], uint16(int16(i*113-17000)))
@@ -136,7 +137,7 @@ func paddingObjects() []tensogram.Object {
 	for i := range f64 {
 		f64[i] = 250 + math.Sin(float64(i)/9)
 	}
-	return []tensogram.Object{
+	return []tensogramwrite.Object{
 		{DType: "uint8", Shape: []uint64{5}, Data: []byte{10, 20, 30, 40, 50}, Metadata: map[string]any{"name": "u8"}},
 		{DType: "float32", Shape: []uint64{3}, Data: le32(1.5, -2.5, 3.25), Metadata: map[string]any{"name": "f32"}},
 		{DType: "int16", Shape: []uint64{7, 43}, Data: i16, Compression: "lz4", Metadata: map[string]any{"name": "i16_lz4"}},
@@ -152,13 +153,13 @@ func paddingObjects() []tensogram.Object {
 func TestUnpaddedMessagesServeTheSame(t *testing.T) {
 	layouts := []struct {
 		name string
-		m    tensogram.Message
+		m    tensogramwrite.Message
 	}{
-		{"buffered, hashed", tensogram.Message{Hash: true}},
-		{"buffered", tensogram.Message{}},
-		{"streaming, hashed", tensogram.Message{Streaming: true, Hash: true}},
-		{"streaming, length back-filled", tensogram.Message{Streaming: true, BackfillLength: true}},
-		{"streaming, preceders, descriptors first", tensogram.Message{Streaming: true, Hash: true}},
+		{"buffered, hashed", tensogramwrite.Message{Hash: true}},
+		{"buffered", tensogramwrite.Message{}},
+		{"streaming, hashed", tensogramwrite.Message{Streaming: true, Hash: true}},
+		{"streaming, length back-filled", tensogramwrite.Message{Streaming: true, BackfillLength: true}},
+		{"streaming, preceders, descriptors first", tensogramwrite.Message{Streaming: true, Hash: true}},
 	}
 	var padded, unpadded []byte
 	for li, l := range layouts {
@@ -171,12 +172,12 @@ func TestUnpaddedMessagesServeTheSame(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			m := l.m
 			m.Objects = objs
-			p, err := tensogram.EncodeMessage(m)
+			p, err := tensogramwrite.EncodeMessage(m)
 			if err != nil {
 				t.Fatal(err)
 			}
 			m.Unpadded = true
-			u, err := tensogram.EncodeMessage(m)
+			u, err := tensogramwrite.EncodeMessage(m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +230,7 @@ func checkUnpaddedFixture(t *testing.T, f fixtures.File, keep func(int) bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, offGrid, err := tensogram.UnpadFile(orig, keep)
+	b, offGrid, err := tensogramtest.Unpad(orig, keep)
 	if err != nil {
 		t.Fatal(err)
 	}

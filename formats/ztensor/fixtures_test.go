@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
 // wantTensor is what a fixture's README row says about one tensor.
@@ -176,8 +178,8 @@ func dense1(name string, d formats.DType, off, n uint64, v0, v1 float64) wantTen
 func TestValidFixtures(t *testing.T) {
 	for _, fx := range validFixtures {
 		t.Run(fx.file, func(t *testing.T) {
-			file := readFixture(t, fx.file)
-			c := mustOpen(t, file)
+			file := formatstest.ReadFixture(t, "ztensor", fx.file)
+			c := formatstest.MustOpen(t, ztensor.Open, file)
 			if c.Format != "ztensor" || c.FormatVersion != fx.version {
 				t.Errorf("format %q version %q, want ztensor %q", c.Format, c.FormatVersion, fx.version)
 			}
@@ -234,11 +236,11 @@ func checkTensor(t *testing.T, file []byte, got *formats.Tensor, want wantTensor
 		}
 		switch {
 		case want.badDigest:
-			if digestOf(t, stored(t, file, c), c.Digest) == c.Digest {
+			if ztensortest.DigestOf(t, formatstest.Stored(t, file, c), c.Digest) == c.Digest {
 				t.Errorf("%s: digest %s verifies, want a mismatch", where, c.Digest)
 			}
 		case c.Encoding.Known():
-			checkDigest(t, file, c)
+			ztensortest.CheckDigest(t, file, c)
 		}
 	}
 	if want.unsupported != "" {
@@ -267,7 +269,7 @@ func checkTensor(t *testing.T, file []byte, got *formats.Tensor, want wantTensor
 // TestFixturesMatchManifests cross-checks every v1.x component against the
 // decoded manifests the fixture set ships.
 func TestFixturesMatchManifests(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(fixtures, "manifests.json"))
+	raw, err := os.ReadFile(filepath.Join(formatstest.Testdata("ztensor"), "manifests.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +294,7 @@ func TestFixturesMatchManifests(t *testing.T) {
 		if m.Manifest == nil || m.Manifest.Objects == nil {
 			continue
 		}
-		c, err := openBytes(readFixture(t, file))
+		c, err := formatstest.OpenBytes(ztensor.Open, formatstest.ReadFixture(t, "ztensor", file))
 		if err != nil {
 			continue // a reject fixture, covered by TestRejectFixtures
 		}
@@ -339,7 +341,7 @@ func TestRejectFixtures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			_, err := openBytes(readFixture(t, tt.file))
+			_, err := formatstest.OpenBytes(ztensor.Open, formatstest.ReadFixture(t, "ztensor", tt.file))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 			if strings.Contains(err.Error(), ".zt") || strings.Contains(err.Error(), "\n") {
 				t.Errorf("error %q names a file or spans lines", err)
@@ -354,14 +356,14 @@ func TestEveryFixtureListed(t *testing.T) {
 	for _, fx := range validFixtures {
 		listed[fx.file] = true
 	}
-	rows, err := os.ReadFile(filepath.Join(fixtures, "expected.tsv"))
+	rows, err := os.ReadFile(filepath.Join(formatstest.Testdata("ztensor"), "expected.tsv"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(rows)), "\n")[1:] {
 		f := strings.Split(line, "\t")
 		file, outcome := f[0], f[2]
-		_, err := openBytes(readFixture(t, file))
+		_, err := formatstest.OpenBytes(ztensor.Open, formatstest.ReadFixture(t, "ztensor", file))
 		switch outcome {
 		case "open":
 			if !listed[file] {

@@ -1,130 +1,15 @@
-package ztensor
+package ztensor_test
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
-	"fmt"
-	"hash/crc32"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/klauspost/compress/zstd"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
-
-const fixtures = "../../testdata/ztensor"
-
-func readFixture(t testing.TB, rel string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(fixtures, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func openBytes(b []byte) (*formats.Container, error) {
-	return Open(bytes.NewReader(b), int64(len(b)))
-}
-
-func mustOpen(t testing.TB, b []byte) *formats.Container {
-	t.Helper()
-	c, err := openBytes(b)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	return c
-}
-
-func tensorNamed(t testing.TB, c *formats.Container, name string) *formats.Tensor {
-	t.Helper()
-	for _, x := range c.Tensors {
-		if x.Name == name {
-			return x
-		}
-	}
-	t.Fatalf("no tensor %q", name)
-	return nil
-}
-
-// stored returns the stored bytes of a component.
-func stored(t testing.TB, file []byte, c *formats.Component) []byte {
-	t.Helper()
-	if c.Offset > uint64(len(file)) || c.Length > uint64(len(file))-c.Offset {
-		t.Fatalf("component %q [%d, +%d) lies outside the %d-byte file", c.Role, c.Offset, c.Length, len(file))
-	}
-	return file[c.Offset : c.Offset+c.Length]
-}
-
-// decoded returns the decoded, little-endian bytes of a component, checking
-// the decoded size against Size.
-func decoded(t testing.TB, file []byte, c *formats.Component) []byte {
-	t.Helper()
-	b := stored(t, file, c)
-	switch c.Encoding {
-	case formats.Raw:
-	case formats.Zstd:
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer dec.Close()
-		if b, err = dec.DecodeAll(b, nil); err != nil {
-			t.Fatalf("component %q: zstd: %v", c.Role, err)
-		}
-	default:
-		t.Fatalf("component %q: encoding %q", c.Role, c.Encoding)
-	}
-	if c.Size >= 0 && int64(len(b)) != c.Size {
-		t.Fatalf("component %q: decoded %d bytes, Size says %d", c.Role, len(b), c.Size)
-	}
-	if c.Size < 0 && uint64(len(b)) > c.MaxSize {
-		t.Fatalf("component %q: decoded %d bytes, MaxSize %d", c.Role, len(b), c.MaxSize)
-	}
-	if c.BigEndian {
-		w := c.DType.Width()
-		if info, _ := c.DType.Info(); info.SwapUnit > 0 {
-			w = info.SwapUnit
-		}
-		b = append([]byte{}, b...)
-		for i := 0; i+w <= len(b); i += w {
-			for l, r := i, i+w-1; l < r; l, r = l+1, r-1 {
-				b[l], b[r] = b[r], b[l]
-			}
-		}
-	}
-	return b
-}
-
-// checkDigest verifies a component's digest over its stored bytes.
-func checkDigest(t testing.TB, file []byte, c *formats.Component) {
-	t.Helper()
-	if c.Digest == "" {
-		return
-	}
-	if want := digestOf(t, stored(t, file, c), c.Digest); c.Digest != want {
-		t.Errorf("component %q: digest %s, stored bytes give %s", c.Role, c.Digest, want)
-	}
-}
-
-// digestOf computes the digest of b with the algorithm named in like.
-func digestOf(t testing.TB, b []byte, like string) string {
-	t.Helper()
-	switch {
-	case strings.HasPrefix(like, "crc32c:0x"):
-		return fmt.Sprintf("crc32c:0x%08X", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
-	case strings.HasPrefix(like, "sha256:"):
-		sum := sha256.Sum256(b)
-		return "sha256:" + hex.EncodeToString(sum[:])
-	}
-	t.Fatalf("unexpected digest %q", like)
-	return ""
-}
 
 // element reads element i of an array of d at off in b as float64s (two for
 // complex types).
@@ -237,7 +122,7 @@ func densify(t testing.TB, file []byte, x *formats.Tensor) []float64 {
 	t.Helper()
 	comps := make(map[string][]byte)
 	for _, c := range x.Components {
-		comps[c.Role] = decoded(t, file, c)
+		comps[c.Role] = ztensortest.Decoded(t, file, c)
 	}
 	n, err := formats.ElementCount(x.Shape)
 	if err != nil {
@@ -354,36 +239,20 @@ func dequantizeGroups(t testing.TB, x *formats.Tensor, l formats.GroupQuantized,
 // v11File assembles a v1.1 container from a blob area (starting at offset 8,
 // after the magic) and manifest bytes.
 func v11File(blobs, manifest []byte) []byte {
-	f := append([]byte{}, magicV1...)
+	f := append([]byte{}, []byte(ztensor.MagicV1)...)
 	f = append(f, blobs...)
 	f = append(f, manifest...)
 	f = binary.LittleEndian.AppendUint64(f, uint64(len(manifest)))
-	return append(f, magicV1...)
+	return append(f, []byte(ztensor.MagicV1)...)
 }
 
 // cborOf encodes a manifest value with the writer's encoder (maps with text
 // keys, sorted).
 func cborOf(t testing.TB, v any) []byte {
 	t.Helper()
-	var e encoder
-	if err := e.value(v); err != nil {
+	var e ztensorwrite.Encoder
+	if err := e.Value(v); err != nil {
 		t.Fatal(err)
 	}
-	return e.buf
-}
-
-func le32s(vs ...float32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
-}
-
-func le64s(vs ...uint64) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint64(b, v)
-	}
-	return b
+	return e.Buf
 }

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // obj and cmp build manifest maps for hand-made files.
@@ -47,13 +49,13 @@ func blobArea(n int) []byte { return make([]byte, 56+n) }
 var dense24 = obj([]any{2, 3}, "dense", map[string]any{"data": cmp("f32", 64, 24)})
 
 // rawCBOR assembles CBOR by hand for what the encoder refuses to write.
-type rawCBOR struct{ encoder }
+type rawCBOR struct{ ztensorwrite.Encoder }
 
-func (r *rawCBOR) t(s string) *rawCBOR  { r.text(s); return r }
-func (r *rawCBOR) u(n uint64) *rawCBOR  { r.uint(n); return r }
-func (r *rawCBOR) m(n int) *rawCBOR     { r.mapHead(n); return r }
-func (r *rawCBOR) b(b ...byte) *rawCBOR { r.buf = append(r.buf, b...); return r }
-func (r *rawCBOR) v(v any) *rawCBOR     { _ = r.value(v); return r }
+func (r *rawCBOR) t(s string) *rawCBOR  { r.Text(s); return r }
+func (r *rawCBOR) u(n uint64) *rawCBOR  { r.Uint(n); return r }
+func (r *rawCBOR) m(n int) *rawCBOR     { r.MapHead(n); return r }
+func (r *rawCBOR) b(b ...byte) *rawCBOR { r.Buf = append(r.Buf, b...); return r }
+func (r *rawCBOR) v(v any) *rawCBOR     { _ = r.Value(v); return r }
 
 func TestHostileV11(t *testing.T) {
 	tests := []struct {
@@ -106,24 +108,24 @@ func TestHostileV11(t *testing.T) {
 		{"duplicate root key", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(3).t("version").t("1.1.0").t("objects").m(0).t("version").t("1.2.0")
-			return v11File(nil, r.buf)
+			return v11File(nil, r.Buf)
 		}, `repeated map key version`},
 		{"duplicate component key", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").m(1).t("w").m(3).
 				t("shape").v([]any{2, 3}).t("format").t("dense").t("components").m(1).t("data").
 				m(4).t("dtype").t("f32").t("offset").u(64).t("length").u(24).t("dtype").t("f64")
-			return v11File(blobArea(24), r.buf)
+			return v11File(blobArea(24), r.Buf)
 		}, `repeated map key dtype`},
 		{"duplicate object name", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").m(2).t("w").v(dense24).t("w").v(dense24)
-			return v11File(blobArea(24), r.buf)
+			return v11File(blobArea(24), r.Buf)
 		}, `repeated map key w`},
 		{"duplicate key in attributes", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(3).t("version").t("1.1.0").t("attributes").m(2).u(1).t("a").u(1).t("b").t("objects").m(0)
-			return v11File(nil, r.buf)
+			return v11File(nil, r.Buf)
 		}, `repeated map key 1`},
 		{"trailing byte", func(t *testing.T) []byte {
 			return v11File(nil, append(cborOf(t, root(map[string]any{})), 0x00))
@@ -141,30 +143,30 @@ func TestHostileV11(t *testing.T) {
 			deep := bytes.Repeat([]byte{0x81}, 40)
 			var r rawCBOR
 			r.m(3).t("version").t("1.1.0").t("objects").m(0).t("attributes").m(1).t("x").b(deep...).b(0x00)
-			return v11File(nil, r.buf)
+			return v11File(nil, r.Buf)
 		}, "exceeded max nested level"},
 		// Counts are checked against the bytes at the item's head, before
 		// anything is allocated for them.
 		{"objects claim 2^31-1 entries", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").b(0xBA, 0x7F, 0xFF, 0xFF, 0xFF).t("w").v(dense24)
-			return v11File(blobArea(24), r.buf)
+			return v11File(blobArea(24), r.Buf)
 		}, "not one complete CBOR item"},
 		{"objects claim 2^32 entries", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").b(0xBB, 0, 0, 0, 1, 0, 0, 0, 0).t("w").v(dense24)
-			return v11File(blobArea(24), r.buf)
+			return v11File(blobArea(24), r.Buf)
 		}, "exceeded max number of key-value pairs"},
 		{"shape claims 2^31-1 dimensions", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").m(1).t("w").m(3).t("shape").b(0x9A, 0x7F, 0xFF, 0xFF, 0xFF).u(2)
-			return v11File(nil, r.buf)
+			return v11File(nil, r.Buf)
 		}, "not one complete CBOR item"},
 		{"root is an array", func(t *testing.T) []byte { return v11File(nil, []byte{0x80}) }, "manifest root: got an array, want a map"},
 		{"root key not text", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(3).t("version").t("1.1.0").t("objects").m(0).u(7).u(7)
-			return v11File(nil, r.buf)
+			return v11File(nil, r.Buf)
 		}, "manifest root: map key 7 is not text"},
 		{"version missing", func(t *testing.T) []byte {
 			return v11File(nil, cborOf(t, map[string]any{"objects": map[string]any{}}))
@@ -184,7 +186,7 @@ func TestHostileV11(t *testing.T) {
 		{"object name not text", func(t *testing.T) []byte {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").m(1).u(3).v(dense24)
-			return v11File(blobArea(24), r.buf)
+			return v11File(blobArea(24), r.Buf)
 		}, "manifest: object name 3 is not text"},
 		{"object not a map", func(t *testing.T) []byte {
 			return v11File(nil, cborOf(t, root(map[string]any{"w": "dense"})))
@@ -217,7 +219,7 @@ func TestHostileV11(t *testing.T) {
 			var r rawCBOR
 			r.m(2).t("version").t("1.1.0").t("objects").m(1).t("w").m(3).
 				t("shape").v([]any{2, 3}).t("format").t("dense").t("components").m(1).b(0x42, 'h', 'i').v(cmp("f32", 64, 24))
-			return v11File(blobArea(24), r.buf)
+			return v11File(blobArea(24), r.Buf)
 		}, `tensor "w": component name h'6869' is not text`},
 	}
 	compFields := []struct{ key, phrase string }{
@@ -263,7 +265,7 @@ func TestHostileV11(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := openBytes(tt.file(t))
+			_, err := formatstest.OpenBytes(ztensor.Open, tt.file(t))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 		})
 	}
@@ -323,7 +325,7 @@ func TestLayoutRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := v11File(blobArea(256), cborOf(t, root(map[string]any{"x": tt.object})))
-			_, err := openBytes(file)
+			_, err := formatstest.OpenBytes(ztensor.Open, file)
 			if tt.phrase == "" {
 				if err != nil {
 					t.Fatalf("Open: %v", err)
@@ -415,7 +417,7 @@ func TestLenient(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := v11File(blobArea(256), cborOf(t, with(root(map[string]any{"x": tt.object}), "version", "9.9-custom")))
-			c := mustOpen(t, file)
+			c := formatstest.MustOpen(t, ztensor.Open, file)
 			if c.FormatVersion != "9.9-custom" {
 				t.Errorf("version %q", c.FormatVersion)
 			}
@@ -457,7 +459,7 @@ func TestAnyWellFormedCBOR(t *testing.T) {
 	r.t("version").t("1.1.0")
 	r.t("unknown").b(0xa0)
 	r.b(0xff)
-	c := mustOpen(t, v11File(blobArea(24), r.buf))
+	c := formatstest.MustOpen(t, ztensor.Open, v11File(blobArea(24), r.Buf))
 	x := c.Tensors[0]
 	d := x.Components[0]
 	if x.Name != "w" || !reflect.DeepEqual(x.Shape, []uint64{2, 3}) || d.DType != formats.F32 || d.Offset != 64 || d.Length != 24 {
@@ -471,10 +473,10 @@ func TestCountClaimsAllocateLittle(t *testing.T) {
 	for _, head := range [][]byte{{0xBA, 0x7F, 0xFF, 0xFF, 0xFF}, {0x9A, 0x7F, 0xFF, 0xFF, 0xFF}, {0x5A, 0x7F, 0xFF, 0xFF, 0xFF}} {
 		var r rawCBOR
 		r.m(2).t("version").t("1.1.0").t("objects").b(head...).t("w").v(dense24)
-		f := v11File(blobArea(24), r.buf)
+		f := v11File(blobArea(24), r.Buf)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := Open(bytes.NewReader(f), int64(len(f)))
+		_, err := ztensor.Open(bytes.NewReader(f), int64(len(f)))
 		runtime.ReadMemStats(&after)
 		if err == nil {
 			t.Errorf("head % x: opened", head)

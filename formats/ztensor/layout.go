@@ -6,6 +6,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 )
 
 // Format names with a layout ztfs builds.
@@ -200,7 +201,7 @@ func (o *object) buildCSR(t *formats.Tensor) error {
 		return fmt.Errorf("components %q and %q hold %d and %d entries", values.role, indices.role, nv, ni)
 	}
 
-	if why := firstReason(o.unknownEncoding(), ev.why, ei.why, ep.why); why != "" {
+	if why := ztread.FirstReason(o.unknownEncoding(), ev.why, ei.why, ep.why); why != "" {
 		t.Unsupported = why
 		return nil
 	}
@@ -267,7 +268,7 @@ func (o *object) buildCOO(t *formats.Tensor) error {
 		}
 	}
 
-	if why := firstReason(o.unknownEncoding(), ev.why, ec.why); why != "" {
+	if why := ztread.FirstReason(o.unknownEncoding(), ev.why, ec.why); why != "" {
 		t.Unsupported = why
 		return nil
 	}
@@ -295,13 +296,4 @@ func (o *object) buildCOO(t *formats.Tensor) error {
 		t.AddSizeLink(formats.SizeLink{Terms: []formats.Count{{Role: values.role, Per: wv}, {Role: coords.role, Per: ndim * wc}}})
 	}
 	return nil
-}
-
-func firstReason(reasons ...string) string {
-	for _, r := range reasons {
-		if r != "" {
-			return r
-		}
-	}
-	return ""
 }

@@ -56,8 +56,8 @@ func sortTensors(ts []*formats.Tensor) {
 // offsets, nothing in the header, everything before the manifest. Zero-length
 // components may sit anywhere aligned up to the manifest start.
 func (c *comp) checkBounds(blobEnd uint64) error {
-	if c.offset%alignment != 0 {
-		return fmt.Errorf("offset %d is not a multiple of %d", c.offset, alignment)
+	if c.offset%Alignment != 0 {
+		return fmt.Errorf("offset %d is not a multiple of %d", c.offset, Alignment)
 	}
 	if c.offset > blobEnd {
 		return fmt.Errorf("offset %d lies beyond the blob area, which ends at %d", c.offset, blobEnd)

@@ -2,25 +2,29 @@ package ztensor
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 )
 
-// Magic numbers.
+// MagicV1 starts every v1 file, and ends every v1.1 and v1.2 file.
+const MagicV1 = "ZTEN1000"
+
+// Magic numbers of v0.1 and v1.x (v2's is ztensor2.Magic).
 var (
 	magicV01 = []byte("ZTEN0001")
-	magicV1  = []byte("ZTEN1000")
-	magicV2  = []byte{0x89, 'Z', 'T', '2', '\r', '\n', 0x1a, '\n'}
+	magicV1  = []byte(MagicV1)
+	magicV2  = []byte(ztensor2.Magic)
 )
 
 const (
 	// maxManifest is the reference's cap on the manifest (and index) size.
 	maxManifest = 1 << 30
-	// alignment of every component offset.
-	alignment = 64
+	// Alignment is the alignment of every component offset.
+	Alignment = 64
 	// maxDecoded caps the decoded size of a zstd component whose size only
 	// decoding tells, as the reference caps its reads.
 	maxDecoded = 32 << 30
@@ -38,11 +42,8 @@ func Sniff(head []byte) bool {
 // *formats.Error.
 func Open(r io.ReaderAt, size int64) (*formats.Container, error) {
 	c, err := readContainer(r, size)
-	return c, formats.Classify(formatName, err)
+	return c, formats.Classify(ztread.FormatName, err)
 }
-
-// formatName is the Format of the errors Open returns.
-const formatName = "zTensor"
 
 func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < 0 {
@@ -51,7 +52,7 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	if size < 8 {
 		return nil, fmt.Errorf("not a zTensor file: %d bytes is shorter than the 8-byte magic", size)
 	}
-	head, err := readAt(r, 0, 8)
+	head, err := ztread.ReadAt(r, 0, 8)
 	if err != nil {
 		return nil, err
 	}
@@ -61,41 +62,40 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 	case bytes.Equal(head, magicV1):
 		return openV1(r, uint64(size))
 	case bytes.Equal(head, magicV2):
-		return openV2(r, uint64(size))
+		return ztensor2.Open(r, size)
 	}
 	// A v2 file with a damaged header still ends in the v2 magic: its
 	// reader names the damage.
-	tail, err := readAt(r, uint64(size)-8, 8)
+	tail, err := ztread.ReadAt(r, uint64(size)-8, 8)
 	if err != nil {
 		return nil, err
 	}
-	if SniffTail(tail) {
-		return openV2(r, uint64(size))
+	if ztensor2.SniffTail(tail) {
+		return ztensor2.Open(r, size)
 	}
 	return nil, fmt.Errorf("not a zTensor file: unknown magic %q", head)
 }
 
-// readAt reads exactly n bytes at off. Callers check n against the file size
-// before calling, so n never comes unchecked from the file.
-func readAt(r io.ReaderAt, off, n uint64) ([]byte, error) {
-	if off > 1<<63-1 || n > 1<<63-1-off {
-		return nil, formats.Truncated("read of %d bytes at %d is out of range", n, off)
+// openV1 opens a file starting with ZTEN1000: v1.1/v1.2 when the footer
+// magic is there, else the v1.0 interim layout if its manifest is found.
+func openV1(r io.ReaderAt, size uint64) (*formats.Container, error) {
+	if size >= 24 {
+		tail, err := ztread.ReadAt(r, size-8, 8)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Equal(tail, magicV1) {
+			return openV11(r, size)
+		}
 	}
-	b := make([]byte, n)
-	m, err := r.ReadAt(b, int64(off))
-	if m == len(b) {
-		return b, nil
-	}
-	if err == nil || err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	return nil, &formats.ReadError{Off: int64(off), Len: int64(n), Err: err}
-}
-
-func readUint64(r io.ReaderAt, off uint64) (uint64, error) {
-	b, err := readAt(r, off, 8)
+	root, start, why, err := probeV10(r, size)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return binary.LittleEndian.Uint64(b), nil
+	if root == nil {
+		// A v1.1 writer ends the file with the magic, and what precedes the
+		// last 8 bytes is no v1.0 manifest either: the file stops early.
+		return nil, formats.Truncated("footer magic missing (not ZTEN1000) and %s", why)
+	}
+	return parseV10(root, start)
 }

@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +16,11 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // spec names one component written in a round trip, with its bytes.
@@ -36,22 +40,10 @@ const (
 
 func (c rtCodec) String() string { return [...]string{"raw", "zstd", "zstd-single"}[c] }
 
-func (s spec) component(codec rtCodec, d Digest) ComponentSpec {
-	c := Component(s.role, s.dtype, s.data)
+func (s spec) component(codec rtCodec, d ztensorwrite.Digest) ztensorwrite.ComponentSpec {
+	c := ztensorwrite.Component(s.role, s.dtype, s.data)
 	c.Zstd, c.ZstdSingleFrame, c.Digest = codec != rtRaw, codec == rtZstdSingle, d
 	return c
-}
-
-// randomBytes gives deterministic, partly compressible bytes.
-func randomBytes(seed int64, n int) []byte {
-	r := rand.New(rand.NewSource(seed))
-	b := make([]byte, n)
-	for i := range b {
-		if i%3 == 0 {
-			b[i] = byte(r.Intn(4))
-		}
-	}
-	return b
 }
 
 var allDTypes = []struct {
@@ -88,12 +80,12 @@ func roundTripObjects() []rtObject {
 	for i, d := range allDTypes {
 		objs = append(objs, rtObject{
 			name: "dense/" + d.name, shape: []uint64{3, 5}, format: "dense",
-			comps: []spec{{"data", d.name, randomBytes(int64(i), 15*d.width)}},
+			comps: []spec{{"data", d.name, ztensortest.RandomBytes(int64(i), 15*d.width)}},
 			dtype: d.dtype, logical: formats.Dense{Role: "data", DType: d.dtype},
 		})
 		objs = append(objs, rtObject{
 			name: "scalar/" + d.name, shape: []uint64{}, format: "dense",
-			comps: []spec{{"data", d.name, randomBytes(int64(i+100), d.width)}},
+			comps: []spec{{"data", d.name, ztensortest.RandomBytes(int64(i+100), d.width)}},
 			dtype: d.dtype, logical: formats.Dense{Role: "data", DType: d.dtype},
 		})
 		objs = append(objs, rtObject{
@@ -116,13 +108,13 @@ func roundTripObjects() []rtObject {
 		rtObject{
 			name: "模型/层.0 weight ✓", shape: []uint64{2}, format: "dense",
 			attrs: map[string]any{"ключ": "значение", "nested": map[string]any{"list": []any{1, -2, 2.5, "x", nil, false}}},
-			comps: []spec{{"data", "u16", le64s(0x0002_0001)[:4]}},
+			comps: []spec{{"data", "u16", ztensortest.LE64s(0x0002_0001)[:4]}},
 			dtype: formats.U16, logical: formats.Dense{Role: "data", DType: formats.U16},
 		},
 		rtObject{
 			name: "csr", shape: []uint64{3, 4}, format: "sparse_csr",
 			comps: []spec{
-				{"values", "f64", randomBytes(7, 4*8)},
+				{"values", "f64", ztensortest.RandomBytes(7, 4*8)},
 				{"indices", "u32", []byte{0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0}},
 				{"indptr", "i16", []byte{0, 0, 2, 0, 2, 0, 4, 0}},
 			},
@@ -138,8 +130,8 @@ func roundTripObjects() []rtObject {
 		rtObject{
 			name: "coo3", shape: []uint64{2, 3, 4}, format: "sparse_coo",
 			comps: []spec{
-				{"values", "bf16", randomBytes(8, 2*2)},
-				{"coords", "u64", le64s(0, 1, 2, 0, 3, 1)},
+				{"values", "bf16", ztensortest.RandomBytes(8, 2*2)},
+				{"coords", "u64", ztensortest.LE64s(0, 1, 2, 0, 3, 1)},
 			},
 			dtype: formats.BF16,
 			logical: formats.SparseCOO{
@@ -157,9 +149,9 @@ func roundTripObjects() []rtObject {
 			name: "gptq", shape: []uint64{8, 16}, format: "quantized_group",
 			attrs: map[string]any{"bits": 4, "group_size": 8, "packing": "8_per_i32"},
 			comps: []spec{
-				{"packed_weight", "i32", randomBytes(9, 16*4)},
-				{"scales", "bf16", randomBytes(10, 16*2)},
-				{"zeros", "bf16", randomBytes(11, 16*2)},
+				{"packed_weight", "i32", ztensortest.RandomBytes(9, 16*4)},
+				{"scales", "bf16", ztensortest.RandomBytes(10, 16*2)},
+				{"zeros", "bf16", ztensortest.RandomBytes(11, 16*2)},
 			},
 			dtype: formats.F32, logical: formats.GroupQuantized{Bits: 4, RowLength: 16, GroupSize: 8, Codes: "packed_weight",
 				ContainerBits: 32, PerContainer: 8, Scales: "scales", ScaleDType: formats.BF16, Zeros: "zeros", ZeroDType: formats.BF16},
@@ -168,10 +160,10 @@ func roundTripObjects() []rtObject {
 			name: "gptq_checkpoint", shape: []uint64{16, 8}, format: "quantized_group",
 			attrs: map[string]any{"bits": 4, "group_size": 8, "orientation": "gptq"},
 			comps: []spec{
-				{"g_idx", "i32", gIdx(16, 2)},
-				{"packed_weight", "i32", randomBytes(14, 2*8*4)},
-				{"scales", "f16", f16Bytes(2 * 8)},
-				{"zeros", "i32", randomBytes(15, 2*4)},
+				{"g_idx", "i32", ztensortest.GIdx(16, 2)},
+				{"packed_weight", "i32", ztensortest.RandomBytes(14, 2*8*4)},
+				{"scales", "f16", ztensortest.F16Bytes(2 * 8)},
+				{"zeros", "i32", ztensortest.RandomBytes(15, 2*4)},
 			},
 			dtype: formats.F32, logical: formats.GroupQuantized{Bits: 4, GroupSize: 8, Codes: "packed_weight",
 				ContainerBits: 32, PerContainer: 8, Scales: "scales", ScaleDType: formats.F16, Zeros: "zeros", ZeroDType: formats.I32,
@@ -180,12 +172,12 @@ func roundTripObjects() []rtObject {
 		},
 		rtObject{
 			name: "vendor", shape: []uint64{5}, format: "x.vendor/2",
-			comps: []spec{{"header", "u8", []byte("hdr")}, {"payload", "f9", randomBytes(12, 40)}},
+			comps: []spec{{"header", "u8", []byte("hdr")}, {"payload", "f9", ztensortest.RandomBytes(12, 40)}},
 			dtype: "u8", unsupported: `format "x.vendor/2" is not a layout ztfs can decode`,
 		},
 		rtObject{
 			name: "unknown dtype", shape: []uint64{5}, format: "dense",
-			comps: []spec{{"data", "f9", randomBytes(13, 7)}},
+			comps: []spec{{"data", "f9", ztensortest.RandomBytes(13, 7)}},
 			dtype: "f9", unsupported: `dtype "f9" is unknown`,
 		},
 	)
@@ -194,7 +186,7 @@ func roundTripObjects() []rtObject {
 
 func TestRoundTrip(t *testing.T) {
 	for _, codec := range []rtCodec{rtRaw, rtZstdFrames, rtZstdSingle} {
-		for _, digest := range []Digest{DigestNone, DigestCRC32C, DigestSHA256} {
+		for _, digest := range []ztensorwrite.Digest{ztensorwrite.DigestNone, ztensorwrite.DigestCRC32C, ztensorwrite.DigestSHA256} {
 			t.Run(fmt.Sprintf("%v/digest=%d", codec, digest), func(t *testing.T) {
 				roundTrip(t, codec, digest)
 			})
@@ -202,14 +194,14 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func roundTrip(t *testing.T, codec rtCodec, digest Digest) {
+func roundTrip(t *testing.T, codec rtCodec, digest ztensorwrite.Digest) {
 	objs := roundTripObjects()
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := ztensorwrite.NewWriter(&buf)
 	// Reverse call order, so file order differs from name order.
 	for i := len(objs) - 1; i >= 0; i-- {
 		o := objs[i]
-		comps := make([]ComponentSpec, len(o.comps))
+		comps := make([]ztensorwrite.ComponentSpec, len(o.comps))
 		for j, s := range o.comps {
 			comps[j] = s.component(codec, digest)
 		}
@@ -222,7 +214,7 @@ func roundTrip(t *testing.T, codec rtCodec, digest Digest) {
 		t.Fatal(err)
 	}
 	file := buf.Bytes()
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, ztensor.Open, file)
 	if c.FormatVersion != "1.1.0" {
 		t.Errorf("version %q", c.FormatVersion)
 	}
@@ -249,7 +241,7 @@ func roundTrip(t *testing.T, codec rtCodec, digest Digest) {
 	}
 }
 
-func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject, codec rtCodec, digest Digest) {
+func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject, codec rtCodec, digest ztensorwrite.Digest) {
 	t.Helper()
 	where := fmt.Sprintf("tensor %q", x.Name)
 	if !reflect.DeepEqual(x.Shape, o.shape) || x.Layout != o.format || x.DType != o.dtype {
@@ -274,7 +266,7 @@ func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject,
 		if c == nil {
 			t.Fatalf("%s: no component %q", where, s.role)
 		}
-		if d, _ := storageDType(s.dtype); c.DType != d {
+		if d, _ := ztensor.StorageDType(s.dtype); c.DType != d {
 			t.Errorf("%s/%s: dtype %q, want %q", where, s.role, c.DType, d)
 		}
 		if c.Offset%64 != 0 {
@@ -287,31 +279,31 @@ func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject,
 				wantSize = -1 // only decoding tells
 			}
 		}
-		switch st := stored(t, file, c); codec {
+		switch st := formatstest.Stored(t, file, c); codec {
 		case rtZstdSingle:
 			if len(st) < 6 || st[4] != 0 {
 				t.Errorf("%s/%s: zstd frame header descriptor %x, want 00 (no content size)", where, s.role, st[:6])
 			}
 		case rtZstdFrames:
-			checkZstdFrames(t, st, len(s.data), DefaultZstdFrameSize)
+			ztensortest.CheckZstdFrames(t, st, len(s.data), ztensorwrite.DefaultZstdFrameSize)
 		}
 		if c.Encoding != wantEnc || c.Size != wantSize {
 			t.Errorf("%s/%s: encoding %q size %d, want %q %d", where, s.role, c.Encoding, c.Size, wantEnc, wantSize)
 		}
-		if got := decoded(t, file, c); !bytes.Equal(got, s.data) {
+		if got := ztensortest.Decoded(t, file, c); !bytes.Equal(got, s.data) {
 			t.Errorf("%s/%s: decoded bytes differ from the written ones", where, s.role)
 		}
 		switch digest {
-		case DigestNone:
+		case ztensorwrite.DigestNone:
 			if c.Digest != "" {
 				t.Errorf("%s/%s: digest %q, want none", where, s.role, c.Digest)
 			}
-		case DigestCRC32C, DigestSHA256:
-			prefix := map[Digest]string{DigestCRC32C: "crc32c:0x", DigestSHA256: "sha256:"}[digest]
+		case ztensorwrite.DigestCRC32C, ztensorwrite.DigestSHA256:
+			prefix := map[ztensorwrite.Digest]string{ztensorwrite.DigestCRC32C: "crc32c:0x", ztensorwrite.DigestSHA256: "sha256:"}[digest]
 			if !strings.HasPrefix(c.Digest, prefix) {
 				t.Errorf("%s/%s: digest %q, want %s…", where, s.role, c.Digest, prefix)
 			}
-			checkDigest(t, file, c)
+			ztensortest.CheckDigest(t, file, c)
 		}
 	}
 	if x.Logical != nil {
@@ -322,11 +314,11 @@ func checkRoundTripped(t *testing.T, file []byte, x *formats.Tensor, o rtObject,
 // reencoded is what attributes become after a trip through CBOR.
 func reencoded(t *testing.T, attrs map[string]any) map[string]any {
 	t.Helper()
-	v, err := decode(cborOf(t, attrs))
+	v, err := ztread.Decode(cborOf(t, attrs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := record{"a": v}.attributes("a")
+	got, err := ztensor.AttributesOf(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,20 +326,20 @@ func reencoded(t *testing.T, attrs map[string]any) map[string]any {
 }
 
 func TestWriterErrors(t *testing.T) {
-	w := NewWriter(io.Discard)
-	if err := w.WriteObject("a", []uint64{1}, "dense", nil, []ComponentSpec{Dense("u8", []byte{1})}); err != nil {
+	w := ztensorwrite.NewWriter(io.Discard)
+	if err := w.WriteObject("a", []uint64{1}, "dense", nil, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", []byte{1})}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.WriteObject("a", []uint64{1}, "dense", nil, []ComponentSpec{Dense("u8", []byte{1})}); err == nil {
+	if err := w.WriteObject("a", []uint64{1}, "dense", nil, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", []byte{1})}); err == nil {
 		t.Error("duplicate name accepted")
 	}
-	if err := w.WriteObject("b", []uint64{1}, "dense", nil, []ComponentSpec{Dense("u8", []byte{1}), Dense("u8", []byte{1})}); err == nil {
+	if err := w.WriteObject("b", []uint64{1}, "dense", nil, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", []byte{1}), ztensorwrite.Dense("u8", []byte{1})}); err == nil {
 		t.Error("duplicate role accepted")
 	}
-	if err := w.WriteObject("c", []uint64{1}, "dense", nil, []ComponentSpec{{Role: "data", DType: "u8"}}); err == nil {
+	if err := w.WriteObject("c", []uint64{1}, "dense", nil, []ztensorwrite.ComponentSpec{{Role: "data", DType: "u8"}}); err == nil {
 		t.Error("component without data accepted")
 	}
-	if err := w.WriteObject("d", []uint64{1}, "dense", map[string]any{"x": struct{}{}}, []ComponentSpec{Dense("u8", []byte{1})}); err == nil {
+	if err := w.WriteObject("d", []uint64{1}, "dense", map[string]any{"x": struct{}{}}, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", []byte{1})}); err == nil {
 		t.Error("unencodable attribute accepted")
 	}
 	if err := w.Close(nil); err != nil {
@@ -357,8 +349,8 @@ func TestWriterErrors(t *testing.T) {
 		t.Error("second Close accepted")
 	}
 
-	failing := NewWriter(failAfter{n: 100})
-	err := failing.WriteObject("big", []uint64{1000}, "dense", nil, []ComponentSpec{Dense("u8", make([]byte, 1000))})
+	failing := ztensorwrite.NewWriter(failAfter{n: 100})
+	err := failing.WriteObject("big", []uint64{1000}, "dense", nil, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", make([]byte, 1000))})
 	if err == nil {
 		t.Fatal("write error not reported")
 	}
@@ -366,9 +358,9 @@ func TestWriterErrors(t *testing.T) {
 		t.Error("Close after a write error succeeded")
 	}
 
-	reader := NewWriter(io.Discard)
-	bad := ComponentSpec{Role: "data", DType: "u8", Data: errReader{}}
-	if err := reader.WriteObject("r", []uint64{1}, "dense", nil, []ComponentSpec{bad}); err == nil {
+	reader := ztensorwrite.NewWriter(io.Discard)
+	bad := ztensorwrite.ComponentSpec{Role: "data", DType: "u8", Data: errReader{}}
+	if err := reader.WriteObject("r", []uint64{1}, "dense", nil, []ztensorwrite.ComponentSpec{bad}); err == nil {
 		t.Error("read error not reported")
 	}
 }
@@ -421,13 +413,13 @@ func TestWriterStreams(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	w := NewWriter(f)
+	w := ztensorwrite.NewWriter(f)
 	if err := w.WriteObject("raw", []uint64{rawSize / 4}, "dense", nil,
-		[]ComponentSpec{{Role: "data", DType: "f32", Data: &pattern{n: rawSize}, Digest: DigestSHA256}}); err != nil {
+		[]ztensorwrite.ComponentSpec{{Role: "data", DType: "f32", Data: &pattern{n: rawSize}, Digest: ztensorwrite.DigestSHA256}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.WriteObject("zstd", []uint64{zstdSize / 8}, "dense", nil,
-		[]ComponentSpec{{Role: "data", DType: "u64", Data: &pattern{n: zstdSize}, Zstd: true, Digest: DigestCRC32C}}); err != nil {
+		[]ztensorwrite.ComponentSpec{{Role: "data", DType: "u64", Data: &pattern{n: zstdSize}, Zstd: true, Digest: ztensorwrite.DigestCRC32C}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(nil); err != nil {
@@ -441,11 +433,11 @@ func TestWriterStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Open(f, st.Size())
+	c, err := ztensor.Open(f, st.Size())
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw := tensorNamed(t, c, "raw").Components[0]
+	raw := ztensortest.TensorNamed(t, c, "raw").Components[0]
 	if raw.Size != rawSize || raw.Offset != 64 {
 		t.Errorf("raw component %+v", *raw)
 	}
@@ -456,7 +448,7 @@ func TestWriterStreams(t *testing.T) {
 	if want := fmt.Sprintf("sha256:%x", h.Sum(nil)); raw.Digest != want {
 		t.Errorf("digest %s, want %s", raw.Digest, want)
 	}
-	z := tensorNamed(t, c, "zstd").Components[0]
+	z := ztensortest.TensorNamed(t, c, "zstd").Components[0]
 	if z.Size != zstdSize || z.Encoding != formats.Zstd || z.Length >= zstdSize {
 		t.Errorf("zstd component %+v", *z)
 	}
@@ -470,37 +462,18 @@ func TestManyTensors(t *testing.T) {
 	}
 	const n = 150_000
 	var buf bytes.Buffer
-	w := NewWriter(&buf)
+	w := ztensorwrite.NewWriter(&buf)
 	for i := 0; i < n; i++ {
 		if err := w.WriteObject(fmt.Sprintf("t%06d", i), []uint64{0}, "dense", nil,
-			[]ComponentSpec{Dense("u8", nil)}); err != nil {
+			[]ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", nil)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := w.Close(nil); err != nil {
 		t.Fatal(err)
 	}
-	c := mustOpen(t, buf.Bytes())
+	c := formatstest.MustOpen(t, ztensor.Open, buf.Bytes())
 	if len(c.Tensors) != n || c.Tensors[n-1].Name != fmt.Sprintf("t%06d", n-1) {
 		t.Fatalf("%d tensors", len(c.Tensors))
 	}
-}
-
-// gIdx is a valid act-order group index: rows assigned to groups 0..groups−1
-// out of order.
-func gIdx(rows, groups int) []byte {
-	b := make([]byte, 4*rows)
-	for i := 0; i < rows; i++ {
-		b[4*i] = byte((i * 7) % groups)
-	}
-	return b
-}
-
-// f16Bytes are n finite half-precision scales.
-func f16Bytes(n int) []byte {
-	b := make([]byte, 2*n)
-	for i := 0; i < n; i++ {
-		b[2*i+1] = 0x2C + byte(i%8) // 2^-4 .. 2^-1 range, positive
-	}
-	return b
 }

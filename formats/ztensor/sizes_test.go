@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"bytes"
@@ -8,12 +8,16 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // single is a component compressed as the reference writes it: one zstd
 // frame without a content size, so that only the layout can tell its size.
-func single(role, dtype string, data []byte) ComponentSpec {
-	c := Component(role, dtype, data)
+func single(role, dtype string, data []byte) ztensorwrite.ComponentSpec {
+	c := ztensorwrite.Component(role, dtype, data)
 	c.Zstd, c.ZstdSingleFrame = true, true
 	return c
 }
@@ -22,8 +26,8 @@ func single(role, dtype string, data []byte) ComponentSpec {
 // reading any stored byte, for components whose size the index does not
 // state, and the links it leaves for what only decoding can tell.
 func TestDerivedSizes(t *testing.T) {
-	csrValues, csrIndices, csrIndptr := randomBytes(7, 4*8), []byte{0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0}, []byte{0, 0, 2, 0, 2, 0, 4, 0}
-	cooValues, cooCoords := randomBytes(8, 2*2), le64s(0, 1, 2, 0, 3, 1)
+	csrValues, csrIndices, csrIndptr := ztensortest.RandomBytes(7, 4*8), []byte{0, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0}, []byte{0, 0, 2, 0, 2, 0, 4, 0}
+	cooValues, cooCoords := ztensortest.RandomBytes(8, 2*2), ztensortest.LE64s(0, 1, 2, 0, 3, 1)
 	q := map[string]any{"bits": 4, "group_size": 8}
 	gptq := map[string]any{"bits": 4, "group_size": 8, "orientation": "gptq"}
 	tests := []struct {
@@ -31,75 +35,75 @@ func TestDerivedSizes(t *testing.T) {
 		shape  []uint64
 		format string
 		attrs  map[string]any
-		comps  []ComponentSpec
+		comps  []ztensorwrite.ComponentSpec
 		want   map[string]int64 // Size by role; -1 for only decoding tells
 		links  []formats.SizeLink
 	}{
 		{"dense: the shape", []uint64{3, 5}, "dense", nil,
-			[]ComponentSpec{single("data", "f32", randomBytes(1, 60))},
+			[]ztensorwrite.ComponentSpec{single("data", "f32", ztensortest.RandomBytes(1, 60))},
 			map[string]int64{"data": 60}, nil},
 		{"csr: indptr from the rows, nnz from its last entry", []uint64{3, 4}, "sparse_csr", nil,
-			[]ComponentSpec{single("values", "f64", csrValues), single("indices", "u32", csrIndices), single("indptr", "i16", csrIndptr)},
+			[]ztensorwrite.ComponentSpec{single("values", "f64", csrValues), single("indices", "u32", csrIndices), single("indptr", "i16", csrIndptr)},
 			map[string]int64{"values": -1, "indices": -1, "indptr": 8},
 			[]formats.SizeLink{{
 				Terms: []formats.Count{{Role: "values", Per: 8}, {Role: "indices", Per: 4}},
 				Entry: &formats.Entry{Role: "indptr", DType: formats.I16, Offset: 6},
 			}}},
 		{"csr: indices from raw values", []uint64{3, 4}, "sparse_csr", nil,
-			[]ComponentSpec{Component("values", "f64", csrValues), single("indices", "u32", csrIndices), single("indptr", "i16", csrIndptr)},
+			[]ztensorwrite.ComponentSpec{ztensorwrite.Component("values", "f64", csrValues), single("indices", "u32", csrIndices), single("indptr", "i16", csrIndptr)},
 			map[string]int64{"values": 32, "indices": 16, "indptr": 8}, nil},
 		{"csr: values from raw indices", []uint64{3, 4}, "sparse_csr", nil,
-			[]ComponentSpec{single("values", "f64", csrValues), Component("indices", "u32", csrIndices), Component("indptr", "i16", csrIndptr)},
+			[]ztensorwrite.ComponentSpec{single("values", "f64", csrValues), ztensorwrite.Component("indices", "u32", csrIndices), ztensorwrite.Component("indptr", "i16", csrIndptr)},
 			map[string]int64{"values": 32, "indices": 16, "indptr": 8}, nil},
 		{"coo: coords from raw values", []uint64{2, 3, 4}, "sparse_coo", nil,
-			[]ComponentSpec{Component("values", "bf16", cooValues), single("coords", "u64", cooCoords)},
+			[]ztensorwrite.ComponentSpec{ztensorwrite.Component("values", "bf16", cooValues), single("coords", "u64", cooCoords)},
 			map[string]int64{"values": 4, "coords": 48}, nil},
 		{"coo: values from raw coords", []uint64{2, 3, 4}, "sparse_coo", nil,
-			[]ComponentSpec{single("values", "bf16", cooValues), Component("coords", "u64", cooCoords)},
+			[]ztensorwrite.ComponentSpec{single("values", "bf16", cooValues), ztensorwrite.Component("coords", "u64", cooCoords)},
 			map[string]int64{"values": 4, "coords": 48}, nil},
 		{"coo: both compressed", []uint64{2, 3, 4}, "sparse_coo", nil,
-			[]ComponentSpec{single("values", "bf16", cooValues), single("coords", "u64", cooCoords)},
+			[]ztensorwrite.ComponentSpec{single("values", "bf16", cooValues), single("coords", "u64", cooCoords)},
 			map[string]int64{"values": -1, "coords": -1},
 			[]formats.SizeLink{{Terms: []formats.Count{{Role: "values", Per: 2}, {Role: "coords", Per: 24}}}}},
 		{"quantized rows: shape, bits, group size", []uint64{8, 16}, "quantized_group", q,
-			[]ComponentSpec{single("packed_weight", "i32", randomBytes(9, 64)), single("scales", "bf16", randomBytes(10, 32)), single("zeros", "bf16", randomBytes(11, 32))},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "i32", ztensortest.RandomBytes(9, 64)), single("scales", "bf16", ztensortest.RandomBytes(10, 32)), single("zeros", "bf16", ztensortest.RandomBytes(11, 32))},
 			map[string]int64{"packed_weight": 64, "scales": 32, "zeros": 32}, nil},
 		{"quantized rows: u8 containers, partial groups", []uint64{3, 5}, "quantized_group", map[string]any{"bits": 4, "group_size": 2, "packing": "2_per_u8"},
-			[]ComponentSpec{single("packed_weight", "u8", randomBytes(12, 9)), single("scales", "f16", randomBytes(13, 18)), single("zeros", "u8", randomBytes(14, 9))},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "u8", ztensortest.RandomBytes(12, 9)), single("scales", "f16", ztensortest.RandomBytes(13, 18)), single("zeros", "u8", ztensortest.RandomBytes(14, 9))},
 			map[string]int64{"packed_weight": 9, "scales": 18, "zeros": 9}, nil},
 		{"quantized rows: 3 codes per u8", []uint64{2, 7}, "quantized_group", map[string]any{"bits": 2, "group_size": 7, "packing": "3_per_u8"},
-			[]ComponentSpec{single("packed_weight", "u8", randomBytes(15, 6)), single("scales", "f32", randomBytes(16, 8))},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "u8", ztensortest.RandomBytes(15, 6)), single("scales", "f32", ztensortest.RandomBytes(16, 8))},
 			map[string]int64{"packed_weight": 6, "scales": 8}, nil},
 		{"gptq: groups from group_size", []uint64{16, 8}, "quantized_group", gptq,
-			[]ComponentSpec{single("packed_weight", "i32", randomBytes(17, 64)), single("scales", "f16", f16Bytes(16)), single("zeros", "i32", randomBytes(18, 8))},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "i32", ztensortest.RandomBytes(17, 64)), single("scales", "f16", ztensortest.F16Bytes(16)), single("zeros", "i32", ztensortest.RandomBytes(18, 8))},
 			map[string]int64{"packed_weight": 64, "scales": 32, "zeros": 8}, nil},
 		{"gptq: float zeros", []uint64{16, 8}, "quantized_group", gptq,
-			[]ComponentSpec{single("packed_weight", "i32", randomBytes(19, 64)), single("scales", "f16", f16Bytes(16)), single("zeros", "f32", randomBytes(20, 64))},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "i32", ztensortest.RandomBytes(19, 64)), single("scales", "f16", ztensortest.F16Bytes(16)), single("zeros", "f32", ztensortest.RandomBytes(20, 64))},
 			map[string]int64{"packed_weight": 64, "scales": 32, "zeros": 64}, nil},
 		{"gptq with g_idx: scales and zeros linked", []uint64{16, 8}, "quantized_group", gptq,
-			[]ComponentSpec{single("g_idx", "i32", gIdx(16, 2)), single("packed_weight", "i32", randomBytes(21, 64)), single("scales", "f16", f16Bytes(16)), single("zeros", "i32", randomBytes(22, 8))},
+			[]ztensorwrite.ComponentSpec{single("g_idx", "i32", ztensortest.GIdx(16, 2)), single("packed_weight", "i32", ztensortest.RandomBytes(21, 64)), single("scales", "f16", ztensortest.F16Bytes(16)), single("zeros", "i32", ztensortest.RandomBytes(22, 8))},
 			map[string]int64{"g_idx": 64, "packed_weight": 64, "scales": -1, "zeros": -1},
 			[]formats.SizeLink{{Terms: []formats.Count{{Role: "scales", Per: 16}, {Role: "zeros", Per: 4}}}}},
 		{"gptq with g_idx: zeros from raw scales", []uint64{16, 8}, "quantized_group", gptq,
-			[]ComponentSpec{single("g_idx", "i32", gIdx(16, 2)), single("packed_weight", "i32", randomBytes(23, 64)), Component("scales", "f16", f16Bytes(16)), single("zeros", "i32", randomBytes(24, 8))},
+			[]ztensorwrite.ComponentSpec{single("g_idx", "i32", ztensortest.GIdx(16, 2)), single("packed_weight", "i32", ztensortest.RandomBytes(23, 64)), ztensorwrite.Component("scales", "f16", ztensortest.F16Bytes(16)), single("zeros", "i32", ztensortest.RandomBytes(24, 8))},
 			map[string]int64{"g_idx": 64, "packed_weight": 64, "scales": 32, "zeros": 8}, nil},
 		{"quantized outside the convention: nothing guessed", []uint64{8, 16}, "quantized_group", map[string]any{"bits": 0, "group_size": 8},
-			[]ComponentSpec{single("packed_weight", "i32", randomBytes(25, 64)), single("scales", "bf16", randomBytes(26, 32))},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "i32", ztensortest.RandomBytes(25, 64)), single("scales", "bf16", ztensortest.RandomBytes(26, 32))},
 			map[string]int64{"packed_weight": -1, "scales": -1}, nil},
 		{"empty quantized: nothing checked, nothing guessed", []uint64{0, 16}, "quantized_group", q,
-			[]ComponentSpec{single("packed_weight", "i32", nil), single("scales", "bf16", nil)},
+			[]ztensorwrite.ComponentSpec{single("packed_weight", "i32", nil), single("scales", "bf16", nil)},
 			map[string]int64{"packed_weight": -1, "scales": -1}, nil},
 		{"unknown format", []uint64{5}, "x.vendor/2", nil,
-			[]ComponentSpec{single("payload", "u8", randomBytes(27, 40))},
+			[]ztensorwrite.ComponentSpec{single("payload", "u8", ztensortest.RandomBytes(27, 40))},
 			map[string]int64{"payload": -1}, nil},
 		{"unknown dtype", []uint64{5}, "dense", nil,
-			[]ComponentSpec{single("data", "f9", randomBytes(28, 7))},
+			[]ztensorwrite.ComponentSpec{single("data", "f9", ztensortest.RandomBytes(28, 7))},
 			map[string]int64{"data": -1}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			w := NewWriter(&buf)
+			w := ztensorwrite.NewWriter(&buf)
 			if err := w.WriteObject("x", tt.shape, tt.format, tt.attrs, tt.comps); err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +111,7 @@ func TestDerivedSizes(t *testing.T) {
 				t.Fatal(err)
 			}
 			file := buf.Bytes()
-			x := tensorNamed(t, mustOpen(t, file), "x")
+			x := ztensortest.TensorNamed(t, formatstest.MustOpen(t, ztensor.Open, file), "x")
 			for role, want := range tt.want {
 				c := x.Component(role)
 				if c == nil {
@@ -116,10 +120,10 @@ func TestDerivedSizes(t *testing.T) {
 				if c.Size != want {
 					t.Errorf("component %q: size %d, want %d", role, c.Size, want)
 				}
-				if c.Size >= 0 && c.MaxSize != 0 || c.Size < 0 && c.MaxSize != maxDecoded {
+				if c.Size >= 0 && c.MaxSize != 0 || c.Size < 0 && c.MaxSize != ztensor.MaxDecoded {
 					t.Errorf("component %q: size %d with MaxSize %d", role, c.Size, c.MaxSize)
 				}
-				decoded(t, file, c) // a derived size must be the decoded one
+				ztensortest.Decoded(t, file, c) // a derived size must be the decoded one
 			}
 			if !reflect.DeepEqual(x.SizeLinks, tt.links) {
 				t.Errorf("links %+v, want %+v", x.SizeLinks, tt.links)
@@ -134,7 +138,7 @@ func TestV01BlobSizeLink(t *testing.T) {
 	stored := zstdSingle(t, csrBlob)
 	blobs := append(blobArea(0), stored...)
 	file := v01File(blobs, v01Index(t, v01Entry("s", 64, uint64(len(stored)), "float32", []any{2, 3}, "layout", "sparsecsr", "encoding", "zstd")))
-	x := tensorNamed(t, mustOpen(t, file), "s")
+	x := ztensortest.TensorNamed(t, formatstest.MustOpen(t, ztensor.Open, file), "s")
 	if c := x.Components[0]; c.Size != -1 {
 		t.Errorf("data: size %d, want -1", c.Size)
 	}

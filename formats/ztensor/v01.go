@@ -7,6 +7,7 @@ import (
 	"math/bits"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
@@ -23,7 +24,7 @@ func openV01(r io.ReaderAt, size uint64) (*formats.Container, error) {
 	if size < 16 {
 		return nil, formats.Truncated("the file (%d bytes) is too short for a v0.1 index size", size)
 	}
-	isize, err := readUint64(r, size-8)
+	isize, err := ztread.ReadUint64(r, size-8)
 	if err != nil {
 		return nil, err
 	}
@@ -43,17 +44,17 @@ func openV01(r io.ReaderAt, size uint64) (*formats.Container, error) {
 		return c, nil
 	}
 	start := size - 8 - isize
-	b, err := readAt(r, start, isize)
+	b, err := ztread.ReadAt(r, start, isize)
 	if err != nil {
 		return nil, err
 	}
-	v, err := decode(b)
+	v, err := ztread.Decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("index (%d bytes at %d): %w", isize, start, err)
 	}
 	entries, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("index: got %s, want an array", kind(v))
+		return nil, fmt.Errorf("index: got %s, want an array", ztread.Kind(v))
 	}
 	seen := make(map[string]bool, len(entries))
 	for i, e := range entries {
@@ -195,7 +196,7 @@ func (o *v01Object) blobValues() (*formats.Tensor, formats.DType, uint64) {
 	t.Components[0].DType = formats.U8 // an opaque record blob
 	e := data.elem()
 	t.DType = e.shown
-	why := firstReason(o.unknownEncoding(), e.why)
+	why := ztread.FirstReason(o.unknownEncoding(), e.why)
 	if why == "" && o.swapped() {
 		why = "big-endian sparse blobs are not supported"
 	}

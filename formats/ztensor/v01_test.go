@@ -1,4 +1,4 @@
-package ztensor
+package ztensor_test
 
 import (
 	"encoding/binary"
@@ -7,12 +7,14 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/formatstest"
+	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensortest"
 )
 
 // v01File assembles a v0.1 file: magic, blob area from offset 8, index, and
 // the index size.
 func v01File(blobs, index []byte) []byte {
-	f := append([]byte{}, magicV01...)
+	f := append([]byte{}, []byte("ZTEN0001")...)
 	f = append(f, blobs...)
 	f = append(f, index...)
 	return binary.LittleEndian.AppendUint64(f, uint64(len(index)))
@@ -33,7 +35,7 @@ func v01Index(t *testing.T, entries ...map[string]any) []byte {
 }
 
 // csrBlob is [[1,0,2],[0,0,3]] as a v0.1 sparsecsr blob of f32 values.
-var csrBlob = append(append(le64s(0, 2, 3), le64s(0, 2, 2)...), le32s(1, 2, 3)...)
+var csrBlob = append(append(ztensortest.LE64s(0, 2, 3), ztensortest.LE64s(0, 2, 2)...), ztensortest.LE32s(1, 2, 3)...)
 
 func TestV01(t *testing.T) {
 	blobs := append(blobArea(0), csrBlob...)                  // blob at 64, 60 bytes
@@ -90,7 +92,7 @@ func TestV01(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := v01File(blobs, v01Index(t, tt.entry))
-			c := mustOpen(t, file)
+			c := formatstest.MustOpen(t, ztensor.Open, file)
 			if c.FormatVersion != "0.1.0" || len(c.Tensors) != 1 {
 				t.Fatalf("version %q, %d tensors", c.FormatVersion, len(c.Tensors))
 			}
@@ -172,14 +174,14 @@ func TestV01Rejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := openBytes(tt.file(t))
+			_, err := formatstest.OpenBytes(ztensor.Open, tt.file(t))
 			formatstest.Refused(t, err, "zTensor", tt.phrase)
 		})
 	}
 }
 
 func TestV01SixteenBytes(t *testing.T) {
-	c := mustOpen(t, append([]byte("ZTEN0001"), make([]byte, 8)...))
+	c := formatstest.MustOpen(t, ztensor.Open, append([]byte("ZTEN0001"), make([]byte, 8)...))
 	if len(c.Tensors) != 0 || c.FormatVersion != "0.1.0" || c.Attributes == nil {
 		t.Errorf("got %+v", c)
 	}
@@ -187,7 +189,7 @@ func TestV01SixteenBytes(t *testing.T) {
 
 // v10File assembles a v1.0 interim file: no footer magic.
 func v10File(blobs, manifest []byte) []byte {
-	f := append([]byte{}, magicV1...)
+	f := append([]byte{}, []byte(ztensor.MagicV1)...)
 	f = append(f, blobs...)
 	f = append(f, manifest...)
 	return binary.LittleEndian.AppendUint64(f, uint64(len(manifest)))
@@ -195,11 +197,11 @@ func v10File(blobs, manifest []byte) []byte {
 
 func TestV10(t *testing.T) {
 	blobs := make([]byte, 56)
-	blobs = append(blobs, le32s(1, 2, 3)...) // values at 64
+	blobs = append(blobs, ztensortest.LE32s(1, 2, 3)...) // values at 64
 	blobs = append(blobs, make([]byte, 52)...)
-	blobs = append(blobs, le64s(0, 2, 2)...) // indices at 128
+	blobs = append(blobs, ztensortest.LE64s(0, 2, 2)...) // indices at 128
 	blobs = append(blobs, make([]byte, 40)...)
-	blobs = append(blobs, le64s(0, 2, 3)...) // indptr at 192
+	blobs = append(blobs, ztensortest.LE64s(0, 2, 3)...) // indptr at 192
 	at := func(off, n uint64) map[string]any { return map[string]any{"offset": off, "length": n} }
 	manifest := func(tensors map[string]any) map[string]any {
 		return map[string]any{"version": "1.0", "generator": "zTensor-Rust v0.1.0",
@@ -209,7 +211,7 @@ func TestV10(t *testing.T) {
 		"components": map[string]any{"values": at(64, 12), "indices": at(128, 24), "indptr": at(192, 24)}}
 
 	file := v10File(blobs, cborOf(t, manifest(map[string]any{"m": csr})))
-	c := mustOpen(t, file)
+	c := formatstest.MustOpen(t, ztensor.Open, file)
 	if c.FormatVersion != "1.0" || !reflect.DeepEqual(c.Attributes, map[string]any{"k": "v"}) {
 		t.Errorf("version %q attributes %v", c.FormatVersion, c.Attributes)
 	}
@@ -222,12 +224,12 @@ func TestV10(t *testing.T) {
 	}
 
 	bad := with(csr, "components", map[string]any{"values": at(64, 12), "indices": at(128, 24), "indptr": at(200, 24)})
-	_, err := openBytes(v10File(blobs, cborOf(t, manifest(map[string]any{"m": bad}))))
+	_, err := formatstest.OpenBytes(ztensor.Open, v10File(blobs, cborOf(t, manifest(map[string]any{"m": bad}))))
 	formatstest.Refused(t, err, "zTensor", `tensor "m": component "indptr": offset 200 is not a multiple of 64`)
 
 	notV10 := with(manifest(map[string]any{}), "version", "1.1.0")
-	_, err = openBytes(v10File(nil, cborOf(t, notV10)))
+	_, err = formatstest.OpenBytes(ztensor.Open, v10File(nil, cborOf(t, notV10)))
 	formatstest.Refused(t, err, "zTensor", "footer magic missing (not ZTEN1000) and no v1.0 manifest precedes the last 8 bytes")
-	_, err = openBytes(v10File(nil, []byte{0xa1, 0x67, 't', 'e', 'n', 's', 'o', 'r', 's', 0xa0}))
+	_, err = formatstest.OpenBytes(ztensor.Open, v10File(nil, []byte{0xa1, 0x67, 't', 'e', 'n', 's', 'o', 'r', 's', 0xa0}))
 	formatstest.Refused(t, err, "zTensor", "no v1.0 manifest")
 }

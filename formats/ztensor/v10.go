@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/ztensor/internal/ztread"
 )
 
 // v1.0 files end in the manifest size alone; what lies before must be
@@ -17,7 +18,7 @@ func probeV10(r io.ReaderAt, size uint64) (root record, start uint64, why string
 	if size < 17 {
 		return nil, 0, fmt.Sprintf("the file (%d bytes) is too short for any manifest", size), nil
 	}
-	msize, err := readUint64(r, size-8)
+	msize, err := ztread.ReadUint64(r, size-8)
 	if err != nil {
 		return nil, 0, "", err
 	}
@@ -25,12 +26,12 @@ func probeV10(r io.ReaderAt, size uint64) (root record, start uint64, why string
 		return nil, 0, "the last 8 bytes are no plausible v1.0 manifest size", nil
 	}
 	start = size - 8 - msize
-	b, err := readAt(r, start, msize)
+	b, err := ztread.ReadAt(r, start, msize)
 	if err != nil {
 		return nil, 0, "", err
 	}
 	const notV10 = "no v1.0 manifest precedes the last 8 bytes"
-	v, err := decode(b)
+	v, err := ztread.Decode(b)
 	if err != nil {
 		return nil, 0, notV10, nil
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/x448/float16"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/npy"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -25,31 +25,31 @@ type v2Object struct {
 	name, layout string
 	shape        []uint64
 	attrs        map[string]any
-	parts        []ztensor.V2Part
+	parts        []ztensorwrite.V2Part
 	npy          []byte // tensor.npy's data; nil: not checked
 	noNPY        bool
 }
 
-func part(name, dtype, typ string, b []byte) ztensor.V2Part {
-	return ztensor.V2Part{Name: name, DType: dtype, Type: typ, Data: bytes.NewReader(b)}
+func part(name, dtype, typ string, b []byte) ztensorwrite.V2Part {
+	return ztensorwrite.V2Part{Name: name, DType: dtype, Type: typ, Data: bytes.NewReader(b)}
 }
 
-// roundTrip writes objects, opens the file through a session and checks
+// v2RoundTrip writes objects, opens the file through a session and checks
 // every part's file and tensor.npy.
-func roundTrip(t *testing.T, objects []v2Object, seekable bool) *session.Session {
+func v2RoundTrip(t *testing.T, objects []v2Object, seekable bool) *session.Session {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rt.zt")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := ztensor.NewV2Writer(f, ztensor.V2Options{})
+	w, err := ztensorwrite.NewV2Writer(f, ztensorwrite.V2Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	written := map[string][]byte{}
 	for _, o := range objects {
-		parts := make([]ztensor.V2Part, len(o.parts))
+		parts := make([]ztensorwrite.V2Part, len(o.parts))
 		for i, p := range o.parts {
 			b, _ := io.ReadAll(p.Data)
 			p.Data.(*bytes.Reader).Reset(b) // for the next round trip
@@ -162,7 +162,7 @@ func TestV2RoundTripDense(t *testing.T) {
 		}
 		b := randBytes(r, 100*width)
 		name := d.dtype + d.typ
-		objects = append(objects, v2Object{name: name, layout: "dense", shape: []uint64{uint64(elems)}, parts: []ztensor.V2Part{part("data", d.dtype, d.typ, b)}, npy: b})
+		objects = append(objects, v2Object{name: name, layout: "dense", shape: []uint64{uint64(elems)}, parts: []ztensorwrite.V2Part{part("data", d.dtype, d.typ, b)}, npy: b})
 	}
 	bf := randBytes(r, 2*64)
 	widened := make([]byte, 4*64)
@@ -171,17 +171,17 @@ func TestV2RoundTripDense(t *testing.T) {
 	}
 	bools := []byte{0, 1, 1, 0, 1}
 	objects = append(objects,
-		v2Object{name: "bf16", layout: "dense", shape: []uint64{8, 8}, parts: []ztensor.V2Part{part("data", "bf16", "", bf)}, npy: widened},
-		v2Object{name: "bool", layout: "dense", shape: []uint64{5}, parts: []ztensor.V2Part{part("data", "u8", "bool", bools)}, npy: bools},
-		v2Object{name: "f4odd", layout: "dense", shape: []uint64{3}, parts: []ztensor.V2Part{part("data", "u8", "f4_e2m1", []byte{0x21, 0x07})},
+		v2Object{name: "bf16", layout: "dense", shape: []uint64{8, 8}, parts: []ztensorwrite.V2Part{part("data", "bf16", "", bf)}, npy: widened},
+		v2Object{name: "bool", layout: "dense", shape: []uint64{5}, parts: []ztensorwrite.V2Part{part("data", "u8", "bool", bools)}, npy: bools},
+		v2Object{name: "f4odd", layout: "dense", shape: []uint64{3}, parts: []ztensorwrite.V2Part{part("data", "u8", "f4_e2m1", []byte{0x21, 0x07})},
 			npy: f32s([]float32{0.5, 1, 6})},
-		v2Object{name: "f8", layout: "dense", shape: []uint64{2}, parts: []ztensor.V2Part{part("data", "u8", "f8_e4m3fn", []byte{0x38, 0xb8})}, npy: f32s([]float32{1, -1})},
-		v2Object{name: "scalar", layout: "dense", shape: []uint64{}, parts: []ztensor.V2Part{part("data", "f32", "", f32s([]float32{3}))}, npy: f32s([]float32{3})},
-		v2Object{name: "zero", layout: "dense", shape: []uint64{0, 4}, parts: []ztensor.V2Part{part("data", "f32", "", nil)}, npy: []byte{}},
+		v2Object{name: "f8", layout: "dense", shape: []uint64{2}, parts: []ztensorwrite.V2Part{part("data", "u8", "f8_e4m3fn", []byte{0x38, 0xb8})}, npy: f32s([]float32{1, -1})},
+		v2Object{name: "scalar", layout: "dense", shape: []uint64{}, parts: []ztensorwrite.V2Part{part("data", "f32", "", f32s([]float32{3}))}, npy: f32s([]float32{3})},
+		v2Object{name: "zero", layout: "dense", shape: []uint64{0, 4}, parts: []ztensorwrite.V2Part{part("data", "f32", "", nil)}, npy: []byte{}},
 	)
 	sortObjects(objects)
 	for _, seekable := range []bool{false, true} {
-		roundTrip(t, objects, seekable)
+		v2RoundTrip(t, objects, seekable)
 	}
 }
 
@@ -199,10 +199,10 @@ func sortObjects(o []v2Object) {
 func TestV2WriterSharesIdenticalParts(t *testing.T) {
 	a := bytes.Repeat([]byte{7}, 100)
 	b := bytes.Repeat([]byte{8}, 100)
-	s := roundTrip(t, []v2Object{
-		{name: "a", layout: "dense", shape: []uint64{100}, parts: []ztensor.V2Part{part("data", "u8", "", a)}, npy: a},
-		{name: "b", layout: "dense", shape: []uint64{100}, parts: []ztensor.V2Part{part("data", "u8", "", b)}, npy: b},
-		{name: "c", layout: "dense", shape: []uint64{100}, parts: []ztensor.V2Part{part("data", "u8", "", a)}, npy: a},
+	s := v2RoundTrip(t, []v2Object{
+		{name: "a", layout: "dense", shape: []uint64{100}, parts: []ztensorwrite.V2Part{part("data", "u8", "", a)}, npy: a},
+		{name: "b", layout: "dense", shape: []uint64{100}, parts: []ztensorwrite.V2Part{part("data", "u8", "", b)}, npy: b},
+		{name: "c", layout: "dense", shape: []uint64{100}, parts: []ztensorwrite.V2Part{part("data", "u8", "", a)}, npy: a},
 	}, false)
 	off := map[string]uint64{}
 	for _, x := range s.Container.Tensors {
@@ -230,21 +230,21 @@ func TestV2RoundTripSparseAndGGUF(t *testing.T) {
 		return b
 	}
 	objects := []v2Object{
-		{name: "coo", layout: "zt.sparse_coo/1", shape: []uint64{2, 2, 2}, parts: []ztensor.V2Part{
+		{name: "coo", layout: "zt.sparse_coo/1", shape: []uint64{2, 2, 2}, parts: []ztensorwrite.V2Part{
 			part("coords", "u32", "", u32(0, 1, 1, 1, 0, 1)), part("values", "f32", "", f32s([]float32{5, 7}))},
 			// cells (0,1,0) and (1,1,1): flat 2 and 7
 			npy: f32s([]float32{0, 0, 5, 0, 0, 0, 0, 7})},
-		{name: "csr", layout: "zt.sparse_csr/1", shape: []uint64{2, 3}, parts: []ztensor.V2Part{
+		{name: "csr", layout: "zt.sparse_csr/1", shape: []uint64{2, 3}, parts: []ztensorwrite.V2Part{
 			part("indices", "u64", "", u64(0, 2, 1)), part("indptr", "u64", "", u64(0, 2, 3)), part("values", "f32", "", f32s([]float32{1, 2, 3}))},
 			npy: f32s([]float32{1, 0, 2, 0, 3, 0})},
 		{name: "gguf", layout: "gguf.q8_0/1", shape: []uint64{32}, attrs: map[string]any{"elems_per_block": uint64(32), "block_bytes": uint64(34)},
 			// Every byte 1: the f16 scale 0x0101 is the subnormal 257×2^-24 and
 			// every int8 code is 1, so every value is the scale.
-			parts: []ztensor.V2Part{part("data", "u8", "", bytes.Repeat([]byte{1}, 34))},
+			parts: []ztensorwrite.V2Part{part("data", "u8", "", bytes.Repeat([]byte{1}, 34))},
 			npy:   f32s(slices.Repeat([]float32{float32(math.Ldexp(257, -24))}, 32))},
 	}
 	for _, seekable := range []bool{false, true} {
-		roundTrip(t, objects, seekable)
+		v2RoundTrip(t, objects, seekable)
 	}
 }
 
@@ -335,7 +335,7 @@ func TestV2RoundTripQuantGroup(t *testing.T) {
 		attrs := map[string]any{"bits": uint64(c.bits), "group_size": c.gs, "axis": uint64(c.axis),
 			"packing":    map[string]any{"word": c.word, "order": map[bool]string{false: "lsb_first", true: "msb_first"}[c.msb], "per_word": per},
 			"scale_form": "f16_factors", "zero_point": map[string]any{"form": "none"}}
-		parts := []ztensor.V2Part{part("data", c.word, "", data), part("scales", "f16", "", sc)}
+		parts := []ztensorwrite.V2Part{part("data", c.word, "", data), part("scales", "f16", "", sc)}
 		var zeros []float32
 		if c.zeros {
 			zb := make([]byte, groups)
@@ -352,7 +352,7 @@ func TestV2RoundTripQuantGroup(t *testing.T) {
 	}
 	sortObjects(objects)
 	for _, seekable := range []bool{false, true} {
-		roundTrip(t, objects, seekable)
+		v2RoundTrip(t, objects, seekable)
 	}
 }
 
@@ -378,7 +378,7 @@ func TestV2RoundTripMX(t *testing.T) {
 		}
 		return v2Object{name: name, layout: "zt.mx/1", shape: []uint64{2, 64},
 			attrs: map[string]any{"block_size": uint64(32), "scale_form": "e8m0_exponent"},
-			parts: []ztensor.V2Part{part("data", dtype, typ, data), part("scales", "u8", "f8_e8m0", scales)}, npy: b}
+			parts: []ztensorwrite.V2Part{part("data", dtype, typ, data), part("scales", "u8", "f8_e8m0", scales)}, npy: b}
 	}
 	i8 := make([]byte, 128)
 	f8 := make([]byte, 128)
@@ -411,6 +411,6 @@ func TestV2RoundTripMX(t *testing.T) {
 		mx("mxint8", "i8", "", i8, func(i int) float64 { return float64(int8(i8[i])) / 64 }),
 	}
 	for _, seekable := range []bool{false, true} {
-		roundTrip(t, objects, seekable)
+		v2RoundTrip(t, objects, seekable)
 	}
 }

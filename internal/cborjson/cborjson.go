@@ -1,4 +1,6 @@
-// Package cborjson converts decoded CBOR values to JSON-ready values.
+// Package cborjson renders what containers hold as JSON, for the readers and
+// writers of formats: decoded CBOR values as JSON-ready values (Value), and
+// strings spelled as a given JSON encoder spells them (AppendString).
 //
 // A value decoded by github.com/fxamacker/cbor/v2 into an empty interface may
 // hold byte strings, non-finite floats, tags, simple values and maps with

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -23,7 +23,7 @@ import (
 // Options configure a conversion.
 type Options struct {
 	// Seekable stores every part as zt.zstd-seekable/1 in frames of
-	// FrameSize decoded bytes (0: ztensor.DefaultV2FrameSize); otherwise
+	// FrameSize decoded bytes (0: ztensorwrite.DefaultV2FrameSize); otherwise
 	// parts are raw and the file is in canonical form.
 	Seekable  bool
 	FrameSize int
@@ -138,7 +138,7 @@ func (c *Conversion) Placement() uint64 {
 // to w, then closes w. Tensors are read through the session's pipeline,
 // so their bytes are decoded (and checked) as a mount would serve them; a
 // read error fails the conversion, naming the tensor.
-func (c *Conversion) Write(w *ztensor.V2Writer) (*Report, error) {
+func (c *Conversion) Write(w *ztensorwrite.V2Writer) (*Report, error) {
 	r := c.r
 	for _, p := range c.plans {
 		for _, part := range p.parts {
@@ -161,7 +161,7 @@ func (c *Conversion) Write(w *ztensor.V2Writer) (*Report, error) {
 
 // Write plans the conversion of s and writes it to w (Plan, then
 // Conversion.Write), whatever placement w was made with.
-func Write(s *session.Session, w *ztensor.V2Writer, opts Options) (*Report, error) {
+func Write(s *session.Session, w *ztensorwrite.V2Writer, opts Options) (*Report, error) {
 	return Plan(s, opts).Write(w)
 }
 
@@ -181,12 +181,12 @@ type partPlan struct {
 }
 
 // write writes the plan's object and returns the decoded bytes written.
-func (p *plan) write(w *ztensor.V2Writer, opts Options) (int64, error) {
-	parts := make([]ztensor.V2Part, len(p.parts))
+func (p *plan) write(w *ztensorwrite.V2Writer, opts Options) (int64, error) {
+	parts := make([]ztensorwrite.V2Part, len(p.parts))
 	var n int64
 	for i, pp := range p.parts {
 		src := &progressReader{r: io.NewSectionReader(pp.data, pp.off, pp.size), p: opts.Progress, n: &n}
-		parts[i] = ztensor.V2Part{Name: pp.name, DType: pp.dtype, Type: pp.typ, Data: &exactReader{r: src, want: pp.size},
+		parts[i] = ztensorwrite.V2Part{Name: pp.name, DType: pp.dtype, Type: pp.typ, Data: &exactReader{r: src, want: pp.size},
 			Seekable: opts.Seekable, FrameSize: opts.FrameSize}
 	}
 	return n, w.WriteObject(p.name, p.shape, p.layout, p.attrs, parts)

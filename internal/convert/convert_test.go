@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
@@ -30,7 +31,7 @@ func convertFile(t *testing.T, path, dir string, opts Options) (string, *Report)
 	}
 	defer f.Close()
 	conv := Plan(s, opts)
-	w, err := ztensor.NewV2Writer(f, ztensor.V2Options{Align: conv.Placement()})
+	w, err := ztensorwrite.NewV2Writer(f, ztensorwrite.V2Options{Align: conv.Placement()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestPlacementBySize(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 16 << 20 // (1 part + 1) * 64 KiB is under 1% of it
-	err = safetensors.Write(f, nil, []safetensors.TensorSpec{{Name: "w", DType: formats.U8, Shape: []uint64{n}, Size: n, Data: bytes.NewReader(make([]byte, n))}})
+	err = safetensorswrite.Write(f, nil, []safetensorswrite.TensorSpec{{Name: "w", DType: formats.U8, Shape: []uint64{n}, Size: n, Data: bytes.NewReader(make([]byte, n))}})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -187,7 +188,7 @@ func blobOffsets(t *testing.T, path string) []uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := ztensor.Open(f, st.Size())
+	c, err := ztensor2.Open(f, st.Size())
 	if err != nil {
 		t.Fatal(err)
 	}

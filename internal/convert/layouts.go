@@ -8,7 +8,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/pipeline"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // v2Types are the element types v2 stores, as (dtype, logical type).
@@ -122,7 +122,7 @@ func (p *plan) copyParts(pl *pipeline.Pipeline, t *formats.Tensor, layout string
 // ggml keeps ggml blocks as they are stored, in the gguf.<type>/1 profile,
 // whose attributes size them (docs/formats/ztensor-v2.md).
 func (p *plan) ggml(pl *pipeline.Pipeline, t *formats.Tensor, l formats.GGML) string {
-	info, err := ggml.Lookup(ggml.Type(l.Type))
+	info, err := ggmltype.Lookup(ggmltype.Type(l.Type))
 	if err != nil {
 		return err.Error()
 	}

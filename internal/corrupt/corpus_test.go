@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -92,7 +92,7 @@ type base struct {
 	extents map[string][]span
 	// shards are the files of a zTensor v2 root's shards, by shard name:
 	// they are written next to the base and to each of its variants,
-	// where the root looks for them (ztensor.ShardPath).
+	// where the root looks for them (ztensor2.ShardPath).
 	shards map[string][]byte
 }
 
@@ -153,7 +153,7 @@ func (c *corpus) run(b base, variants []variant) {
 	}
 	for name, data := range b.shards {
 		for _, root := range []string{path, vpath} {
-			if err := os.WriteFile(ztensor.ShardPath(root, name), data, 0o644); err != nil {
+			if err := os.WriteFile(ztensor2.ShardPath(root, name), data, 0o644); err != nil {
 				c.t.Fatal(err)
 			}
 		}

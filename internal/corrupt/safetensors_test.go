@@ -11,6 +11,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 )
 
 func TestSafetensors(t *testing.T) {
@@ -41,12 +42,12 @@ func writtenSafetensors(t *testing.T) base {
 		{"empty", formats.U8, []uint64{0, 3}, nil},
 		{"mask", formats.Bool, []uint64{5}, []byte{1, 0, 1, 1, 0}},
 	}
-	var in []safetensors.TensorSpec
+	var in []safetensorswrite.TensorSpec
 	for _, s := range specs {
-		in = append(in, safetensors.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape, Size: uint64(len(s.Data)), Data: bytes.NewReader(s.Data)})
+		in = append(in, safetensorswrite.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape, Size: uint64(len(s.Data)), Data: bytes.NewReader(s.Data)})
 	}
 	var buf bytes.Buffer
-	if err := safetensors.Write(&buf, map[string]string{"format": "pt"}, in); err != nil {
+	if err := safetensorswrite.Write(&buf, map[string]string{"format": "pt"}, in); err != nil {
 		t.Fatal(err)
 	}
 	return base{name: "written.safetensors", data: buf.Bytes()}

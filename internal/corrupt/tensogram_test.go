@@ -9,6 +9,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 )
 
 func TestTensogram(t *testing.T) {
@@ -48,25 +49,25 @@ func writtenTensogram(t *testing.T) base {
 		binary.LittleEndian.PutUint64(masked64[8*i:], math.Float64bits(math.Inf(-1)))
 	}
 	name := func(s string) map[string]any { return map[string]any{"name": s} }
-	messages := []tensogram.Message{
-		{Hash: true, Objects: []tensogram.Object{
+	messages := []tensogramwrite.Message{
+		{Hash: true, Objects: []tensogramwrite.Object{
 			{DType: "float32", Shape: []uint64{16, 16}, Data: f32s(256, 5), Compression: "zstd", Metadata: name("zstd_f32")},
 			{DType: "float64", Shape: []uint64{128}, Data: f64s(128, 0.25), Encoding: "simple_packing", Bits: 12, Filter: "shuffle", Compression: "lz4", Metadata: name("sp_lz4")},
 			{DType: "uint16", Shape: []uint64{300}, Data: f32s(150, 7), Compression: "szip", SzipBlockOffsets: true, Metadata: name("szip_u16")},
 			{DType: "float32", Shape: []uint64{64}, Data: masked, Masks: "rle", Metadata: name("masked")},
 			{DType: "float64", Shape: []uint64{100}, Data: bytes.Repeat(f64s(1, 0), 100), Encoding: "simple_packing", Bits: 0, Metadata: name("constant")},
 		}},
-		{Hash: true, Streaming: true, Objects: []tensogram.Object{
+		{Hash: true, Streaming: true, Objects: []tensogramwrite.Object{
 			{DType: "int8", Shape: []uint64{16}, Data: bytes.Repeat([]byte{1, 0xFF}, 8), Preceder: true, Metadata: name("streamed_i8")},
 			{DType: "float32", Shape: []uint64{32}, Data: f32s(32, 9), Compression: "lz4", Metadata: name("streamed_lz4")},
 		}},
 		// Without hashes, damaged payloads reach the decoders.
-		{Objects: []tensogram.Object{
+		{Objects: []tensogramwrite.Object{
 			{DType: "float32", Shape: []uint64{50}, Data: f32s(50, 11), Compression: "zstd", Metadata: name("plain_zstd")},
 			{DType: "uint8", Shape: []uint64{10}, Data: bytes.Repeat([]byte{5}, 10), Metadata: name("plain_raw")},
 			{DType: "float32", Shape: []uint64{40}, Data: f32s(40, 13), Compression: "lz4", Metadata: name("plain_lz4")},
 			{DType: "uint16", Shape: []uint64{300}, Data: f32s(150, 17), Compression: "szip", SzipBlockOffsets: true,
-				Szip: &tensogram.SzipParams{RSI: 4, BlockSize: 16, Flags: 8}, Metadata: name("plain_szip")},
+				Szip: &tensogramwrite.SzipParams{RSI: 4, BlockSize: 16, Flags: 8}, Metadata: name("plain_szip")},
 			{DType: "float64", Shape: []uint64{64}, Data: f64s(64, 0.5), Encoding: "simple_packing", Bits: 10, Filter: "shuffle", Compression: "zstd", Metadata: name("plain_sp")},
 			{DType: "float32", Shape: []uint64{64}, Data: masked, Masks: "roaring", Metadata: name("plain_roaring")},
 			{DType: "float64", Shape: []uint64{32}, Data: masked64, Masks: "zstd", Metadata: name("plain_zstd_masks")},
@@ -74,7 +75,7 @@ func writtenTensogram(t *testing.T) base {
 	}
 	var out []byte
 	for _, m := range messages {
-		b, err := tensogram.EncodeMessage(m)
+		b, err := tensogramwrite.EncodeMessage(m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 func TestZTensorV11(t *testing.T) {
@@ -52,31 +53,31 @@ func f32s(n int, seed int) []byte {
 // with a seek table), with and without digests, dense and sparse.
 func writtenZTensor(t *testing.T) base {
 	var buf bytes.Buffer
-	w := ztensor.NewWriter(&buf)
+	w := ztensorwrite.NewWriter(&buf)
 	objects := []struct {
 		name   string
 		shape  []uint64
 		format string
-		comps  []ztensor.ComponentSpec
+		comps  []ztensorwrite.ComponentSpec
 	}{
-		{"dense_crc", []uint64{8, 8}, "dense", []ztensor.ComponentSpec{
-			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(64, 3)), Digest: ztensor.DigestCRC32C}}},
-		{"frames_sha", []uint64{2048}, "dense", []ztensor.ComponentSpec{
-			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(2048, 5)), Zstd: true, ZstdFrameSize: 2048, Digest: ztensor.DigestSHA256}}},
-		{"single_crc", []uint64{1000}, "dense", []ztensor.ComponentSpec{
-			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(1000, 7)), Zstd: true, ZstdSingleFrame: true, Digest: ztensor.DigestCRC32C}}},
-		{"frames_plain", []uint64{1024}, "dense", []ztensor.ComponentSpec{
+		{"dense_crc", []uint64{8, 8}, "dense", []ztensorwrite.ComponentSpec{
+			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(64, 3)), Digest: ztensorwrite.DigestCRC32C}}},
+		{"frames_sha", []uint64{2048}, "dense", []ztensorwrite.ComponentSpec{
+			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(2048, 5)), Zstd: true, ZstdFrameSize: 2048, Digest: ztensorwrite.DigestSHA256}}},
+		{"single_crc", []uint64{1000}, "dense", []ztensorwrite.ComponentSpec{
+			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(1000, 7)), Zstd: true, ZstdSingleFrame: true, Digest: ztensorwrite.DigestCRC32C}}},
+		{"frames_plain", []uint64{1024}, "dense", []ztensorwrite.ComponentSpec{
 			{Role: "data", DType: "i32", Data: bytes.NewReader(f32s(1024, 11)), Zstd: true, ZstdFrameSize: 1024}}},
-		{"csr", []uint64{4, 6}, "sparse_csr", []ztensor.ComponentSpec{
-			{Role: "values", DType: "f32", Data: bytes.NewReader(f32s(5, 1)), Zstd: true, Digest: ztensor.DigestCRC32C},
-			{Role: "indices", DType: "i32", Data: bytes.NewReader([]byte{0, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0}), Digest: ztensor.DigestCRC32C},
-			{Role: "indptr", DType: "i64", Data: bytes.NewReader([]byte{0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}), Digest: ztensor.DigestCRC32C}}},
-		{"single_plain", []uint64{600}, "dense", []ztensor.ComponentSpec{
+		{"csr", []uint64{4, 6}, "sparse_csr", []ztensorwrite.ComponentSpec{
+			{Role: "values", DType: "f32", Data: bytes.NewReader(f32s(5, 1)), Zstd: true, Digest: ztensorwrite.DigestCRC32C},
+			{Role: "indices", DType: "i32", Data: bytes.NewReader([]byte{0, 0, 0, 0, 3, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0}), Digest: ztensorwrite.DigestCRC32C},
+			{Role: "indptr", DType: "i64", Data: bytes.NewReader([]byte{0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}), Digest: ztensorwrite.DigestCRC32C}}},
+		{"single_plain", []uint64{600}, "dense", []ztensorwrite.ComponentSpec{
 			{Role: "data", DType: "f32", Data: bytes.NewReader(f32s(600, 13)), Zstd: true, ZstdSingleFrame: true}}},
-		{"coo_plain", []uint64{3, 5}, "sparse_coo", []ztensor.ComponentSpec{
+		{"coo_plain", []uint64{3, 5}, "sparse_coo", []ztensorwrite.ComponentSpec{
 			{Role: "values", DType: "f32", Data: bytes.NewReader(f32s(3, 2)), Zstd: true, ZstdSingleFrame: true},
 			{Role: "coords", DType: "u8", Data: bytes.NewReader([]byte{0, 1, 2, 4, 0, 3}), Zstd: true}}},
-		{"raw_plain", []uint64{40}, "dense", []ztensor.ComponentSpec{ztensor.Dense("u8", bytes.Repeat([]byte{7, 1}, 20))}},
+		{"raw_plain", []uint64{40}, "dense", []ztensorwrite.ComponentSpec{ztensorwrite.Dense("u8", bytes.Repeat([]byte{7, 1}, 20))}},
 	}
 	for _, o := range objects {
 		if err := w.WriteObject(o.name, o.shape, o.format, nil, o.comps); err != nil {

@@ -16,11 +16,12 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensor2"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
 
-// zTensor v2 (docs/formats/ztensor-v2.md; formats/ztensor/v2.go):
+// zTensor v2 (docs/formats/ztensor-v2.md; formats/ztensor/ztensor2/open.go):
 // the magic, blobs at multiples of 4096, a deterministic-CBOR manifest and
 // a 40-byte footer (manifest offset, length, XXH3-64; version, reserved;
 // the magic again).
@@ -395,7 +396,7 @@ func TestZTensorV2ShardDamage(t *testing.T) {
 	if err := os.WriteFile(path, b.data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	shardPath := ztensor.ShardPath(path, "00001")
+	shardPath := ztensor2.ShardPath(path, "00001")
 	if err := os.WriteFile(shardPath, shard, 0o644); err != nil {
 		t.Fatal(err)
 	}

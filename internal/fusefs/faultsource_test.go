@@ -16,13 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv/faultfs"
 	"github.com/ztfs/ztfs/internal/tree"
-	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // faultCase is a container file for the failing-storage tests: victims are
@@ -48,9 +48,9 @@ func faultCases() []faultCase {
 // writeFaultZTensor writes raw and zstd-compressed tensors (several frames
 // and a single one), a bf16 one whose tensor.npy is widened, and tensors
 // left alone of each kind; digest, if not nil, adds a digest to each.
-func writeFaultZTensor(digest func(*ztensor.ComponentSpec)) func(t *testing.T, path string) {
-	with := func(codec func(*ztensor.ComponentSpec)) func(*ztensor.ComponentSpec) {
-		return func(c *ztensor.ComponentSpec) {
+func writeFaultZTensor(digest func(*ztensorwrite.ComponentSpec)) func(t *testing.T, path string) {
+	with := func(codec func(*ztensorwrite.ComponentSpec)) func(*ztensorwrite.ComponentSpec) {
+		return func(c *ztensorwrite.ComponentSpec) {
 			if codec != nil {
 				codec(c)
 			}
@@ -72,22 +72,22 @@ func writeFaultZTensor(digest func(*ztensor.ComponentSpec)) func(t *testing.T, p
 	}
 }
 
-func sha256Digest(c *ztensor.ComponentSpec) { c.Digest = ztensor.DigestSHA256 }
+func sha256Digest(c *ztensorwrite.ComponentSpec) { c.Digest = ztensorwrite.DigestSHA256 }
 
 // writeFaultSafetensors writes float32 tensors and a bf16 one, whose
 // tensor.npy is widened.
 func writeFaultSafetensors(t *testing.T, path string) {
 	rng := rand.New(rand.NewSource(20))
-	var specs []safetensors.TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	add := func(name string, dt formats.DType, shape []uint64, data []byte) {
-		specs = append(specs, safetensors.TensorSpec{Name: name, DType: dt, Shape: shape, Size: uint64(len(data)), Data: bytes.NewReader(data)})
+		specs = append(specs, safetensorswrite.TensorSpec{Name: name, DType: dt, Shape: shape, Size: uint64(len(data)), Data: bytes.NewReader(data)})
 	}
 	add("a", formats.F32, []uint64{256, 256}, randomBytes(rng, 256<<10))
 	add("b", formats.F32, []uint64{256, 256}, randomBytes(rng, 256<<10))
 	add("c", formats.F32, []uint64{256, 256}, randomBytes(rng, 256<<10))
 	add("w", formats.BF16, []uint64{256, 256}, randomBytes(rng, 128<<10))
 	var buf bytes.Buffer
-	if err := safetensors.Write(&buf, nil, specs); err != nil {
+	if err := safetensorswrite.Write(&buf, nil, specs); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
@@ -102,7 +102,7 @@ func writeFaultGGUF(t *testing.T, path string) {
 	type tensor struct {
 		name string
 		ne   []uint64
-		typ  ggml.Type
+		typ  ggmltype.Type
 		data []byte
 	}
 	q8 := make([]byte, 0, 4096*34)
@@ -111,10 +111,10 @@ func writeFaultGGUF(t *testing.T, path string) {
 		q8 = append(q8, randomBytes(rng, 32)...)
 	}
 	tensors := []tensor{
-		{"a", []uint64{256, 256}, ggml.F32, randomBytes(rng, 256<<10)},
-		{"b", []uint64{256, 256}, ggml.F32, randomBytes(rng, 256<<10)},
-		{"q", []uint64{512, 256}, ggml.Q8_0, q8},
-		{"c", []uint64{256, 256}, ggml.F32, randomBytes(rng, 256<<10)},
+		{"a", []uint64{256, 256}, ggmltype.F32, randomBytes(rng, 256<<10)},
+		{"b", []uint64{256, 256}, ggmltype.F32, randomBytes(rng, 256<<10)},
+		{"q", []uint64{512, 256}, ggmltype.Q8_0, q8},
+		{"c", []uint64{256, 256}, ggmltype.F32, randomBytes(rng, 256<<10)},
 	}
 	const align = 32
 	var b bytes.Buffer

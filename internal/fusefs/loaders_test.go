@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/convert"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv"
@@ -107,7 +107,7 @@ func convertSeekable(t *testing.T, src, dest string) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	w, err := ztensor.NewV2Writer(out, ztensor.V2Options{})
+	w, err := ztensorwrite.NewV2Writer(out, ztensorwrite.V2Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/detect"
-	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/testenv"
@@ -37,7 +37,7 @@ func writeWholeSource(t testing.TB, path string, n int64) int64 {
 		t.Fatal(err)
 	}
 	data := io.LimitReader(rand.New(rand.NewSource(n)), n)
-	if err := safetensors.Write(f, nil, []safetensors.TensorSpec{
+	if err := safetensorswrite.Write(f, nil, []safetensorswrite.TensorSpec{
 		{Name: "weight", DType: formats.U8, Shape: []uint64{uint64(n)}, Size: uint64(n), Data: data},
 	}); err != nil {
 		t.Fatal(err)

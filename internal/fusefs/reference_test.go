@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // This file builds zTensor files from arrays and says what each file of
@@ -23,7 +23,7 @@ type refTensor struct {
 	name   string
 	shape  []uint64
 	format string
-	comps  []ztensor.ComponentSpec
+	comps  []ztensorwrite.ComponentSpec
 	files  map[string][]byte // name within tensors/<name>/ → content
 }
 
@@ -34,7 +34,7 @@ func writeRef(t testing.TB, path string, tensors []refTensor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := ztensor.NewWriter(f)
+	w := ztensorwrite.NewWriter(f)
 	for _, rt := range tensors {
 		if err := w.WriteObject(rt.name, rt.shape, rt.format, nil, rt.comps); err != nil {
 			t.Fatalf("tensor %q: %v", rt.name, err)
@@ -75,18 +75,18 @@ func refNPY(descr string, shape []uint64, data []byte) []byte {
 }
 
 // dense is a dense tensor of stored bytes, optionally compressed.
-func dense(name, dtype, descr string, shape []uint64, data []byte, codec func(*ztensor.ComponentSpec)) refTensor {
-	c := ztensor.Dense(dtype, data)
+func dense(name, dtype, descr string, shape []uint64, data []byte, codec func(*ztensorwrite.ComponentSpec)) refTensor {
+	c := ztensorwrite.Dense(dtype, data)
 	if codec != nil {
 		codec(&c)
 	}
-	return refTensor{name: name, shape: shape, format: "dense", comps: []ztensor.ComponentSpec{c},
+	return refTensor{name: name, shape: shape, format: "dense", comps: []ztensorwrite.ComponentSpec{c},
 		files: map[string][]byte{"data": data, "tensor.npy": refNPY(descr, shape, data)}}
 }
 
 // bf16Dense is a bf16 tensor, whose tensor.npy is float32: the bf16 bits
 // are the top half of the float32's.
-func bf16Dense(name string, shape []uint64, data []byte, codec func(*ztensor.ComponentSpec)) refTensor {
+func bf16Dense(name string, shape []uint64, data []byte, codec func(*ztensorwrite.ComponentSpec)) refTensor {
 	rt := dense(name, "bf16", "", shape, data, codec)
 	wide := make([]byte, 0, 2*len(data))
 	for i := 0; i < len(data); i += 2 {
@@ -96,15 +96,15 @@ func bf16Dense(name string, shape []uint64, data []byte, codec func(*ztensor.Com
 	return rt
 }
 
-func zstdFrames(size int) func(*ztensor.ComponentSpec) {
-	return func(c *ztensor.ComponentSpec) { c.Zstd, c.ZstdFrameSize = true, size }
+func zstdFrames(size int) func(*ztensorwrite.ComponentSpec) {
+	return func(c *ztensorwrite.ComponentSpec) { c.Zstd, c.ZstdFrameSize = true, size }
 }
 
-func zstdSingle(c *ztensor.ComponentSpec) { c.Zstd, c.ZstdSingleFrame = true, true }
+func zstdSingle(c *ztensorwrite.ComponentSpec) { c.Zstd, c.ZstdSingleFrame = true, true }
 
 // csrF32 is a float32 CSR tensor with about density×rows×cols entries,
 // indices u32 and indptr u64, whose values are compressed when codec says.
-func csrF32(rng *rand.Rand, name string, rows, cols int, density float64, codec func(*ztensor.ComponentSpec)) refTensor {
+func csrF32(rng *rand.Rand, name string, rows, cols int, density float64, codec func(*ztensorwrite.ComponentSpec)) refTensor {
 	var values, indices, indptr []byte
 	denseOut := make([]float32, rows*cols)
 	nnz := 0
@@ -122,13 +122,13 @@ func csrF32(rng *rand.Rand, name string, rows, cols int, density float64, codec 
 		}
 		indptr = binary.LittleEndian.AppendUint64(indptr, uint64(nnz))
 	}
-	vc := ztensor.Component("values", "f32", values)
+	vc := ztensorwrite.Component("values", "f32", values)
 	if codec != nil {
 		codec(&vc)
 	}
 	shape := []uint64{uint64(rows), uint64(cols)}
 	return refTensor{name: name, shape: shape, format: "sparse_csr",
-		comps: []ztensor.ComponentSpec{vc, ztensor.Component("indices", "u32", indices), ztensor.Component("indptr", "u64", indptr)},
+		comps: []ztensorwrite.ComponentSpec{vc, ztensorwrite.Component("indices", "u32", indices), ztensorwrite.Component("indptr", "u64", indptr)},
 		files: map[string][]byte{"values": values, "indices": indices, "indptr": indptr,
 			"tensor.npy": refNPY("<f4", shape, f32Bytes(denseOut))}}
 }
@@ -167,7 +167,7 @@ func cooF32(rng *rand.Rand, name string, shape []uint64, nnz int) refTensor {
 		}
 	}
 	return refTensor{name: name, shape: shape, format: "sparse_coo",
-		comps: []ztensor.ComponentSpec{ztensor.Component("values", "f32", values), ztensor.Component("coords", "u64", coordBytes)},
+		comps: []ztensorwrite.ComponentSpec{ztensorwrite.Component("values", "f32", values), ztensorwrite.Component("coords", "u64", coordBytes)},
 		files: map[string][]byte{"values": values, "coords": coordBytes, "tensor.npy": refNPY("<f4", shape, f32Bytes(denseOut))}}
 }
 

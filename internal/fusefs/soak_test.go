@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv"
 )
@@ -187,7 +187,7 @@ func writeSoakFolder(t *testing.T, dir string) (string, []refTensor, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := safetensors.Write(f, nil, []safetensors.TensorSpec{
+	if err := safetensorswrite.Write(f, nil, []safetensorswrite.TensorSpec{
 		{Name: "embed", DType: formats.U8, Shape: []uint64{3, 1 << 20}, Size: uint64(len(data)), Data: bytes.NewReader(data)},
 	}); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 	"github.com/ztfs/ztfs/internal/codec/bitmask"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
 	"github.com/ztfs/ztfs/internal/npy"
@@ -27,7 +27,7 @@ import (
 // must give.
 type tgmCase struct {
 	name  string // tensor name in the manifest
-	obj   tensogram.Object
+	obj   tensogramwrite.Object
 	descr string // NumPy descriptor of tensor.npy
 	want  []byte // tensor.npy data, exact
 	// tolerance, when > 0, compares float64 values within it instead
@@ -81,17 +81,17 @@ func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 		return b
 	}
 	big := field(200_000, 0) // 1.6 MB of float64: more than one cache block
-	add(0, tgmCase{name: "0/plain_f32", obj: tensogram.Object{DType: "float32", Shape: []uint64{40, 50}, Data: f32(field(2000, 1)),
+	add(0, tgmCase{name: "0/plain_f32", obj: tensogramwrite.Object{DType: "float32", Shape: []uint64{40, 50}, Data: f32(field(2000, 1)),
 		Metadata: map[string]any{"name": "plain_f32"}}, descr: "<f4", want: f32(field(2000, 1))})
-	add(0, tgmCase{name: "0/t2m", obj: tensogram.Object{DType: "float64", Shape: []uint64{400, 500}, Data: le64s(big), Compression: "zstd",
+	add(0, tgmCase{name: "0/t2m", obj: tensogramwrite.Object{DType: "float64", Shape: []uint64{400, 500}, Data: le64s(big), Compression: "zstd",
 		Metadata: map[string]any{"mars": map[string]any{"param": "t2m"}}}, descr: "<f8", want: le64s(big)})
 	i16 := make([]byte, 2*3001)
 	for i := range 3001 {
 		binary.LittleEndian.PutUint16(i16[2*i:], uint16(int16(i*37-50000)))
 	}
-	add(0, tgmCase{name: "0/i16_lz4_big", obj: tensogram.Object{DType: "int16", Shape: []uint64{3001}, BigEndian: true, Data: swapped(i16, 2),
+	add(0, tgmCase{name: "0/i16_lz4_big", obj: tensogramwrite.Object{DType: "int16", Shape: []uint64{3001}, BigEndian: true, Data: swapped(i16, 2),
 		Compression: "lz4", Metadata: map[string]any{"name": "i16_lz4_big"}}, descr: "<i2", want: i16})
-	add(0, tgmCase{name: "0/shuffled", obj: tensogram.Object{DType: "float32", Shape: []uint64{7, 300}, Data: f32(field(2100, 2)),
+	add(0, tgmCase{name: "0/shuffled", obj: tensogramwrite.Object{DType: "float32", Shape: []uint64{7, 300}, Data: f32(field(2100, 2)),
 		Filter: "shuffle", Compression: "zstd", Metadata: map[string]any{"name": "shuffled"}}, descr: "<f4", want: f32(field(2100, 2))})
 	for _, bits := range []int{16, 24} {
 		values := field(50_000, float64(bits))
@@ -104,7 +104,7 @@ func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 			t.Fatal(err)
 		}
 		name := map[int]string{16: "packed16_szip", 24: "packed24_szip_offsets"}[bits]
-		add(0, tgmCase{name: "0/" + name, obj: tensogram.Object{DType: "float64", Shape: []uint64{50_000}, Data: le64s(values),
+		add(0, tgmCase{name: "0/" + name, obj: tensogramwrite.Object{DType: "float64", Shape: []uint64{50_000}, Data: le64s(values),
 			Encoding: "simple_packing", Bits: bits, Compression: "szip", SzipBlockOffsets: bits == 24,
 			Metadata: map[string]any{"name": name}}, descr: "<f8", want: want, values: values, tolerance: math.Ldexp(1, p.BinaryScale)})
 	}
@@ -112,7 +112,7 @@ func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 	for i := range 20000 {
 		binary.LittleEndian.PutUint16(u16[2*i:], uint16(i*i/7))
 	}
-	add(0, tgmCase{name: "0/u16_szip", obj: tensogram.Object{DType: "uint16", Shape: []uint64{20000}, Data: u16, Compression: "szip",
+	add(0, tgmCase{name: "0/u16_szip", obj: tensogramwrite.Object{DType: "uint16", Shape: []uint64{20000}, Data: u16, Compression: "szip",
 		SzipBlockOffsets: true, Metadata: map[string]any{"name": "u16_szip"}}, descr: "<u2", want: u16})
 
 	// Message 1: streaming, descriptors before payloads, preceders.
@@ -121,7 +121,7 @@ func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 	// Masks restore the canonical NaN, which is not the bits of math.NaN().
 	masked := le64s(withHoles)
 	binary.LittleEndian.PutUint64(masked[0:], 0x7FF8000000000000)
-	add(1, tgmCase{name: "1/masked", obj: tensogram.Object{DType: "float64", Shape: []uint64{5000}, Data: le64s(withHoles),
+	add(1, tgmCase{name: "1/masked", obj: tensogramwrite.Object{DType: "float64", Shape: []uint64{5000}, Data: le64s(withHoles),
 		Compression: "lz4", Filter: "shuffle", Masks: "rle", DescriptorFirst: true, Preceder: true,
 		Metadata: map[string]any{"name": "masked"}}, descr: "<f8", want: masked})
 	c64 := make([]byte, 8*1000)
@@ -134,7 +134,7 @@ func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 	for _, off := range []int{8 * 5, 8*5 + 4} {
 		binary.LittleEndian.PutUint32(c64Want[off:], 0x7F800000)
 	}
-	add(1, tgmCase{name: "1/complex", obj: tensogram.Object{DType: "complex64", Shape: []uint64{10, 100}, Data: c64, Masks: "roaring",
+	add(1, tgmCase{name: "1/complex", obj: tensogramwrite.Object{DType: "complex64", Shape: []uint64{10, 100}, Data: c64, Masks: "roaring",
 		Compression: "zstd", DescriptorFirst: true, Metadata: map[string]any{"name": "complex"}}, descr: "<c8", want: c64Want})
 	bits := make([]byte, 1001)
 	for i := range bits {
@@ -143,33 +143,33 @@ func mixedCodecFile(t *testing.T, unpadded bool) (string, []tgmCase) {
 		}
 	}
 	for _, method := range []string{"rle", "roaring"} {
-		add(1, tgmCase{name: "1/mask_" + method, obj: tensogram.Object{DType: "bitmask", Shape: []uint64{1001}, Data: bitmask.Pack(bits),
+		add(1, tgmCase{name: "1/mask_" + method, obj: tensogramwrite.Object{DType: "bitmask", Shape: []uint64{1001}, Data: bitmask.Pack(bits),
 			Compression: method, Metadata: map[string]any{"name": "mask_" + method}}, descr: "|b1", want: bits})
 	}
 	f16 := []byte{0x00, 0x3C, 0x00, 0x7C, 0x00, 0xC0, 0x00, 0x7E} // 1, +Inf, -2, NaN
-	add(1, tgmCase{name: "1/half", obj: tensogram.Object{DType: "float16", Shape: []uint64{4}, Data: f16, Masks: "lz4",
+	add(1, tgmCase{name: "1/half", obj: tensogramwrite.Object{DType: "float16", Shape: []uint64{4}, Data: f16, Masks: "lz4",
 		Metadata: map[string]any{"name": "half"}}, descr: "<f2", want: f16})
 	bf16 := []byte{0x80, 0x3F, 0x00, 0xC0} // 1, -2
-	add(1, tgmCase{name: "1/object_5", obj: tensogram.Object{DType: "bfloat16", Shape: []uint64{2}, Data: bf16},
+	add(1, tgmCase{name: "1/object_5", obj: tensogramwrite.Object{DType: "bfloat16", Shape: []uint64{2}, Data: bf16},
 		descr: "<f4", want: []byte{0, 0, 0x80, 0x3F, 0, 0, 0, 0xC0}})
 
 	// Message 2: no hashes; duplicate names.
 	for i := range 2 {
 		v := field(10, float64(i))
-		add(2, tgmCase{name: []string{"2/dup", "2/dup_1"}[i], obj: tensogram.Object{DType: "float64", Shape: []uint64{10}, Data: le64s(v),
+		add(2, tgmCase{name: []string{"2/dup", "2/dup_1"}[i], obj: tensogramwrite.Object{DType: "float64", Shape: []uint64{10}, Data: le64s(v),
 			Metadata: map[string]any{"name": "dup"}}, descr: "<f8", want: le64s(v)})
 	}
 
 	var file bytes.Buffer
 	for m, list := range cases {
-		msg := tensogram.Message{Hash: m != 2, Streaming: m == 1, Unpadded: unpadded}
+		msg := tensogramwrite.Message{Hash: m != 2, Streaming: m == 1, Unpadded: unpadded}
 		for _, c := range list {
 			msg.Objects = append(msg.Objects, c.obj)
 		}
 		if m == 2 {
 			file.WriteString("bytes between messages")
 		}
-		if err := tensogram.WriteMessage(&file, msg); err != nil {
+		if err := tensogramwrite.WriteMessage(&file, msg); err != nil {
 			t.Fatalf("message %d: %v", m, err)
 		}
 	}

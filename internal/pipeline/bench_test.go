@@ -12,6 +12,8 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -48,11 +50,11 @@ func newBenchSource(b *testing.B, compress bool, dt formats.DType) *benchSource 
 	data := benchWeights(benchBytes)
 	stored := data
 	if compress {
-		stored = zstdCompress(b, data)
+		stored = zstdframetest.Compress(b, data)
 	}
-	var fb fileBuilder
-	off := fb.add(stored)
-	src := fb.open(b)
+	var fb pipelinetest.FileBuilder
+	off := fb.Add(stored)
+	src := fb.Open(b)
 	p, err := New([]source.Source{src}, Options{Cache: cache.New(64 << 20)})
 	if err != nil {
 		b.Fatal(err)
@@ -97,7 +99,7 @@ func BenchmarkBaselineCopy(b *testing.B) {
 // baselineDecoder returns the compressed benchmark weights and a decoder
 // configured as the pipeline's (one core), with the timer reset.
 func baselineDecoder(b *testing.B) ([]byte, *zstd.Decoder) {
-	stored := zstdCompress(b, benchWeights(benchBytes))
+	stored := zstdframetest.Compress(b, benchWeights(benchBytes))
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 	if err != nil {
 		b.Fatal(err)
@@ -188,8 +190,8 @@ func benchQuantized(b testing.TB, method string, rows, cols int) (*source.File, 
 	align := func(x uint64) uint64 { return (x + 63) &^ 63 }
 	bpr := uint64(cols+31) / 32
 	tb := uint64(rows) * bpr
-	var fb fileBuilder
-	off := fb.add(payload)
+	var fb pipelinetest.FileBuilder
+	off := fb.Add(payload)
 	region := func(role string, start, n uint64) *formats.Component {
 		return &formats.Component{Role: role, DType: formats.U8, Offset: off + start, Length: n, Encoding: formats.Raw, Size: int64(n)}
 	}
@@ -204,7 +206,7 @@ func benchQuantized(b testing.TB, method string, rows, cols int) (*source.File, 
 		l.SuperBlocks, l.SuperScales, l.SubScales = 8, "super", "sub"
 		comps = append(comps, region("super", 0, 2*ts), region("sub", align(2*ts), tb), region("codes", align(align(2*ts)+tb), codeBytes))
 	}
-	return fb.open(b), &formats.Tensor{Name: method, Shape: []uint64{uint64(rows), uint64(cols)}, DType: formats.F32,
+	return fb.Open(b), &formats.Tensor{Name: method, Shape: []uint64{uint64(rows), uint64(cols)}, DType: formats.F32,
 		Components: comps, Logical: l}
 }
 
@@ -246,13 +248,13 @@ func benchmarkGroupNPY(b *testing.B, gptq bool) {
 		l.RowLength, l.ZeroDType, l.ZerosPacked, l.ZeroOffset, l.PackedAlongRows = 0, "", true, 1, true
 		zeros = zeros[:rows/group*cols/2]
 	}
-	var fb fileBuilder
+	var fb pipelinetest.FileBuilder
 	tensor := &formats.Tensor{Name: "g", Shape: []uint64{rows, cols}, DType: formats.F32, Logical: l, Components: []*formats.Component{
-		rawComponent("codes", formats.U8, fb.add(codes), codes),
-		rawComponent("scales", formats.U8, fb.add(scales), scales),
-		rawComponent("zeros", formats.U8, fb.add(zeros), zeros),
+		rawComponent("codes", formats.U8, fb.Add(codes), codes),
+		rawComponent("scales", formats.U8, fb.Add(scales), scales),
+		rawComponent("zeros", formats.U8, fb.Add(zeros), zeros),
 	}}
-	src := fb.open(b)
+	src := fb.Open(b)
 	b.SetBytes(rows * cols * 4)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -277,7 +279,7 @@ func benchFrames(b *testing.B) ([]byte, []byte) { return benchFramesOf(b, 1<<20)
 // benchFramesOf is benchFrames with frames of frameSize decoded bytes.
 func benchFramesOf(b *testing.B, frameSize int) ([]byte, []byte) {
 	data := benchWeights(benchBytes)
-	return data, zstdFrames(b, data, frameSize, frameOpts{seekTable: true, level: zstd.SpeedDefault})
+	return data, zstdframetest.Frames(b, data, frameSize, zstdframetest.Opts{SeekTable: true, Level: zstd.SpeedDefault})
 }
 
 // The same multi-frame stream decoded by one decoder on one core, as
@@ -309,9 +311,9 @@ func BenchmarkZstdFrames128KComponent(b *testing.B) { benchmarkFramesComponent(b
 
 func benchmarkFramesComponent(b *testing.B, frameSize int) {
 	data, stored := benchFramesOf(b, frameSize)
-	var fb fileBuilder
-	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
-	src := fb.open(b)
+	var fb pipelinetest.FileBuilder
+	c := zstdComponent("data", formats.F32, fb.Add(stored), stored, int64(len(data)))
+	src := fb.Open(b)
 	tensor := &formats.Tensor{Name: "bench", Components: []*formats.Component{c}}
 	b.SetBytes(benchBytes)
 	b.ResetTimer()
@@ -348,11 +350,11 @@ func benchmarkRandom4K(b *testing.B, frameSize int) {
 	if frameSize > 0 {
 		_, stored = benchFramesOf(b, frameSize)
 	} else {
-		stored = zstdCompress(b, data)
+		stored = zstdframetest.Compress(b, data)
 	}
-	var fb fileBuilder
-	c := zstdComponent("data", formats.F32, fb.add(stored), stored, int64(len(data)))
-	src := fb.open(b)
+	var fb pipelinetest.FileBuilder
+	c := zstdComponent("data", formats.F32, fb.Add(stored), stored, int64(len(data)))
+	src := fb.Open(b)
 	tensor := &formats.Tensor{Name: "bench", Components: []*formats.Component{c}}
 	p, _ := New([]source.Source{src}, Options{Cache: cache.New(8 << 20)})
 	b.Cleanup(p.Close)

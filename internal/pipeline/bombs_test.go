@@ -7,22 +7,9 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
-
-// zstdBomb is a zstd frame of n RLE blocks of 128 KiB each: 4 stored bytes
-// per 128 KiB decoded, with no content size to warn of it.
-func zstdBomb(n int) []byte {
-	b := []byte{0x28, 0xB5, 0x2F, 0xFD, 0x00, zstdframe.WindowDescriptor(128 << 10)}
-	for i := 0; i < n; i++ {
-		v := uint32(zstdframe.MaxBlockSize)<<3 | 1<<1
-		if i == n-1 {
-			v |= 1
-		}
-		b = append(b, byte(v), byte(v>>8), byte(v>>16), 0)
-	}
-	return b
-}
 
 // lz4Bomb is an lz4 payload whose size prefix says want while its one
 // match, extended by n bytes of 255, decodes to 255·n bytes more.
@@ -38,7 +25,7 @@ func lz4Bomb(want uint32, n int) []byte {
 // allocated on the stream's word.
 func TestDecompressionBombs(t *testing.T) {
 	const declared = 1 << 20
-	zbomb := zstdBomb(2048)           // 256 MiB
+	zbomb := zstdframetest.Bomb(2048) // 256 MiB
 	lbomb := lz4Bomb(declared, 1<<20) // 255 MiB
 	for _, tc := range []struct {
 		name   string
@@ -64,12 +51,12 @@ func TestDecompressionBombs(t *testing.T) {
 		}, "overruns the output"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var b fileBuilder
-			off := b.add(tc.stored)
-			p := newTestPipeline(t, b.open(t), Options{})
+			var b pipelinetest.FileBuilder
+			off := b.Add(tc.stored)
+			p := newTestPipeline(t, b.Open(t), Options{})
 			r := p.Component(&formats.Tensor{Name: "bomb"}, tc.comp(off, tc.stored))
 			var err error
-			n := allocated(func() { _, err = readAll(t, r, 1<<16) })
+			n := pipelinetest.Allocated(func() { _, err = pipelinetest.ReadAll(t, r, 1<<16) })
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -77,29 +64,5 @@ func TestDecompressionBombs(t *testing.T) {
 				t.Errorf("allocated %d MiB for a %d-byte stream declared to hold %d", n>>20, len(tc.stored), declared)
 			}
 		})
-	}
-}
-
-// An indexed stream whose last frame records no size (the index gives it
-// what the declared size leaves) and decodes to megabytes fails at the
-// size it was given, without the frame decoder growing its output.
-func TestIndexedFrameBomb(t *testing.T) {
-	data := randomBytes(1000, 8)
-	first := zstdFrames(t, data, len(data), frameOpts{})
-	stored := append(first, zstdBomb(200)...) // 25 MiB
-	var b fileBuilder
-	off := b.add(stored)
-	p := newTestPipeline(t, b.open(t), Options{})
-	r := p.Component(&formats.Tensor{Name: "bomb"}, zstdComponent("data", formats.U8, off, stored, 2000))
-	var err error
-	n := allocated(func() { _, err = readAll(t, r, 1<<16) })
-	if zstdOf(t, r).framed.Load() == nil {
-		t.Fatalf("not indexed: %v", zstdOf(t, r).unindexed)
-	}
-	if err == nil {
-		t.Fatal("no error")
-	}
-	if n > 4<<20 {
-		t.Errorf("allocated %d MiB for a stream declared to hold 2000 bytes", n>>20)
 	}
 }

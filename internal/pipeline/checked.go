@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/dense"
 )
 
 // checkedElements serves r, the bytes of n elements of d, failing any read
@@ -15,7 +16,7 @@ func checkedElements(r Reader, d formats.DType, n uint64) Reader {
 	info, ok := d.Info()
 	switch {
 	case d == formats.Bool:
-		return &checked{Reader: r, check: checkBools}
+		return &checked{Reader: r, check: dense.CheckBools}
 	case ok && info.Bits < 8 && n%uint64(8/info.Bits) != 0:
 		// In whole bytes and elements, so that no product can overflow.
 		per := uint64(8 / info.Bits)
@@ -29,15 +30,6 @@ func checkedElements(r Reader, d formats.DType, n uint64) Reader {
 		}}
 	}
 	return r
-}
-
-func checkBools(b []byte, off int64) error {
-	for i, x := range b {
-		if x > 1 {
-			return fmt.Errorf("bool byte 0x%02x at element %d: only 0 and 1 are allowed (rule LayoutData)", x, off+int64(i))
-		}
-	}
-	return nil
 }
 
 // checked passes reads of Reader through check, which sees the bytes read

@@ -1,18 +1,16 @@
 package pipeline
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"sync"
-	"sync/atomic"
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/codec/bitmask"
-	"github.com/ztfs/ztfs/internal/codec/lz4block"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
-	"github.com/ztfs/ztfs/internal/codec/szip"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
+	"github.com/ztfs/ztfs/internal/pipeline/sequential"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
+	"github.com/ztfs/ztfs/internal/pipeline/zstdstream"
 )
 
 // maxWholeInput bounds the stored bytes of a run-length or Roaring coded
@@ -44,8 +42,8 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 			if err != nil {
 				return nil, err
 			}
-			if cr, ok := r.(*cached); ok {
-				if z, ok := cr.src.(*zstdStream); ok && z.seekable {
+			if cr, ok := r.(*blocks.Reader); ok {
+				if z, ok := cr.Source().(*zstdstream.Stream); ok && k.Method == "zstd-seekable" {
 					p.seekables[c] = z // for CheckSeekTables
 				}
 			}
@@ -86,177 +84,19 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, size int64, max uint64) (Reader, error) {
 	switch k.Method {
 	case "zstd", "zstd-seekable":
-		z := newZstdStream(in, inSize, size, max, p.opts.BlockSize, p.pool)
-		z.seekable = k.Method == "zstd-seekable"
-		z.out = newCached(p.opts.Cache, p.opts.BlockSize, z)
-		return z.out, nil
+		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+			return zstdstream.New(in, inSize, size, max, p.opts.BlockSize, k.Method == "zstd-seekable", p.pool, h), nil
+		})
 	case "lz4":
-		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "lz4",
-			open: func(int64) (io.Reader, int64) {
-				return lz4block.NewReader(io.NewSectionReader(readerAtFunc(in.ReadAt), 0, inSize), size), 0
-			}}
-		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
-		return s.out, nil
+		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+			return sequential.LZ4(in, inSize, size, p.opts.BlockSize, h), nil
+		})
 	case "szip":
-		if k.Szip == nil {
-			return nil, errors.New("szip: no parameters")
-		}
-		params := szip.Params{BitsPerSample: k.Szip.BitsPerSample, BlockSize: k.Szip.BlockSize, RSI: k.Szip.RSI, Flags: k.Szip.Flags}
-		if err := params.Validate(); err != nil {
-			return nil, err
-		}
-		if size%int64(params.SampleBytes()) != 0 {
-			return nil, fmt.Errorf("szip: %d decoded bytes are not whole %d-byte samples", size, params.SampleBytes())
-		}
-		rsiBytes := params.RSIBytes()
-		offsets := usableRSIOffsets(k.Szip.BlockOffsets, size, rsiBytes, inSize)
-		// The recorded offsets are hints: every decode checks each RSI
-		// boundary it crosses against them, and the first mismatch makes
-		// the stream decode from its start from then on (as upstream's
-		// whole-object decode does, which never looks at them).
-		var distrusted atomic.Bool
-		s := &sequential{total: size, blockSize: p.opts.BlockSize, what: "szip",
-			open: func(at int64) (io.Reader, int64) {
-				var bit uint64
-				var first int64
-				trusted := offsets != nil && !distrusted.Load()
-				if trusted {
-					first = at / rsiBytes
-					bit = offsets[first]
-				}
-				src := io.NewSectionReader(readerAtFunc(in.ReadAt), int64(bit/8), inSize-int64(bit/8))
-				dec := szip.NewReaderAt(src, int(bit%8), params, size-first*rsiBytes)
-				if trusted {
-					dec.CheckRSIOffsets(offsets, int(first), bit/8)
-				}
-				return dec, first * rsiBytes
-			},
-			retry: func(err error) bool {
-				if errors.Is(err, szip.ErrRSIOffset) && !distrusted.Swap(true) {
-					p.opts.Logf("szip_block_offsets do not match the stream (%v); decoding from its start instead", err)
-					return true
-				}
-				return false
-			}}
-		if offsets != nil {
-			s.startOf = func(at int64) int64 {
-				if distrusted.Load() {
-					return 0
-				}
-				return at / rsiBytes * rsiBytes
-			}
-		}
-		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
-		return s.out, nil
+		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+			return sequential.Szip(in, inSize, size, k.Szip, p.opts.BlockSize, h, p.opts.Logf)
+		})
 	}
 	return nil, fmt.Errorf("compression %q is not supported", k.Method)
-}
-
-// usableRSIOffsets returns the recorded bit offsets of each szip reference
-// sample interval when they are consistent with the stream (one per RSI,
-// starting at 0, increasing, inside it), else nil: reads then decode from
-// the start of the stream, which is slower but needs no trust in them.
-func usableRSIOffsets(offsets []uint64, size, rsiBytes, inSize int64) []uint64 {
-	if rsiBytes <= 0 || int64(len(offsets)) != (size+rsiBytes-1)/rsiBytes || len(offsets) == 0 || offsets[0] != 0 {
-		return nil
-	}
-	for i := 1; i < len(offsets); i++ {
-		if offsets[i] <= offsets[i-1] || offsets[i]/8 >= uint64(inSize) {
-			return nil
-		}
-	}
-	return offsets
-}
-
-// sequential decodes a stream that can only be read forwards from a few
-// starting points (the start of an lz4 block, the start of any szip RSI)
-// block by block. It keeps its decoder where the last decode stopped, so
-// sequential reads cost one pass; a read behind it restarts from the
-// nearest starting point before the block it needs.
-type sequential struct {
-	total     int64
-	blockSize int64
-	what      string
-	out       *cached
-	// open returns a decoder whose first byte is decoded byte start,
-	// the latest starting point at or before at; startOf says where that
-	// is without opening one (nil: the stream's start is the only one).
-	open    func(at int64) (dec io.Reader, start int64)
-	startOf func(at int64) int64
-	// retry, when set, is told of a decode error and says whether to
-	// decode again from a fresh decoder (once its cause is dealt with).
-	retry func(error) bool
-
-	mu  sync.Mutex
-	dec io.Reader // nil when no decode is under way
-	pos int64     // decoded offset dec yields next
-}
-
-func (s *sequential) size() (int64, error) { return s.total, nil }
-
-func (s *sequential) block(k int64) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b, ok := s.out.cache.Peek(s.out.key(k)); ok {
-		return b, nil
-	}
-	target := k * s.blockSize
-	if k < 0 || target >= s.total {
-		return nil, fmt.Errorf("%s block %d out of range", s.what, k)
-	}
-	if s.dec == nil || s.pos > target || (s.startOf != nil && s.startOf(target) > s.pos) {
-		s.dec, s.pos = s.open(target)
-	}
-	for {
-		n := min(s.blockSize, s.total-s.pos)
-		// Decode into whole blocks when the decoder stands on a block
-		// boundary, so that the blocks on the way are cached too.
-		aligned := s.pos%s.blockSize == 0
-		if !aligned {
-			n = min(n, s.blockSize-s.pos%s.blockSize)
-		}
-		buf := s.out.alloc(n)
-		if _, err := io.ReadFull(s.dec, buf); err != nil {
-			s.dec = nil
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			if s.retry != nil && s.retry(err) {
-				s.dec, s.pos = s.open(target)
-				continue
-			}
-			return nil, fmt.Errorf("%s: at decoded byte %d: %w", s.what, s.pos, err)
-		}
-		index := s.pos / s.blockSize
-		s.pos += n
-		if s.pos == s.total {
-			err := expectEOF(s.dec)
-			s.dec = nil
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.what, err)
-			}
-		}
-		if !aligned {
-			continue // the tail of a block before the one wanted
-		}
-		if index == k {
-			return buf, nil
-		}
-		s.out.cache.Put(s.out.key(index), buf)
-	}
-}
-
-// expectEOF checks that a decoder has nothing after the declared size.
-func expectEOF(r io.Reader) error {
-	var one [1]byte
-	n, err := io.ReadFull(r, one[:])
-	switch {
-	case n > 0:
-		return errors.New("stream decodes to more bytes than the declared size")
-	case errors.Is(err, io.EOF):
-		return nil
-	}
-	return err
 }
 
 // bitmaskStage returns the packed form of a coded bitmask of k.Count
@@ -299,14 +139,14 @@ type indexed struct {
 	size   int64
 	build  func([]byte) (bitmask.Index, error)
 
-	memo memo
+	memo stream.Memo
 	x    bitmask.Index
 }
 
 func (x *indexed) index() (bitmask.Index, error) {
-	err := x.memo.do(func() error {
+	err := x.memo.Do(func() error {
 		blob := make([]byte, x.inSize)
-		if err := readFull(x.in, blob, 0); err != nil {
+		if err := stream.ReadFull(x.in, blob, 0); err != nil {
 			return err
 		}
 		ix, err := x.build(blob)
@@ -326,7 +166,7 @@ func (x *indexed) ReadAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, eof := clamp(p, off, x.size)
+	n, eof := stream.Clamp(p, off, x.size)
 	if n == 0 {
 		return 0, eof
 	}
@@ -378,7 +218,7 @@ type repeated struct {
 func (r *repeated) Size() (int64, error) { return r.size, nil }
 
 func (r *repeated) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, r.size)
+	n, eof := stream.Clamp(p, off, r.size)
 	u := int64(len(r.unit))
 	for i := 0; i < n; {
 		at := (off + int64(i)) % u
@@ -402,7 +242,7 @@ const unshuffleChunk = 256 << 10
 func (u *unshuffled) Size() (int64, error) { return u.size, nil }
 
 func (u *unshuffled) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, u.size)
+	n, eof := stream.Clamp(p, off, u.size)
 	if n == 0 {
 		return 0, eof
 	}
@@ -417,7 +257,7 @@ func (u *unshuffled) ReadAt(p []byte, off int64) (int, error) {
 		}
 		g, o := gathered[:m*s], out[:m*s]
 		for b := int64(0); b < s; b++ {
-			if err := readFull(u.in, g[b*m:(b+1)*m], b*count+e); err != nil {
+			if err := stream.ReadFull(u.in, g[b*m:(b+1)*m], b*count+e); err != nil {
 				return 0, err
 			}
 		}
@@ -486,7 +326,7 @@ func (p *Pipeline) buildMasks(decoded Reader, c *formats.Component, m *formats.M
 		if blob.Offset > uint64(src.Size()) || blob.Length > uint64(src.Size())-blob.Offset {
 			return nil, fmt.Errorf("mask blob [%d, +%d) lies outside the source", blob.Offset, blob.Length)
 		}
-		stored := Reader(newRegion(src, int64(mask.Offset), int64(mask.Length)))
+		stored := Reader(stream.NewRegion(src, int64(mask.Offset), int64(mask.Length)))
 		mask.Codecs = []formats.Codec{formats.BitmaskDecode{Method: blob.Method, Count: m.Count}}
 		bits, err := p.buildCodecs(stored, mask)
 		if err != nil {
@@ -511,7 +351,7 @@ func (m *masked) ReadAt(p []byte, off int64) (int, error) {
 	first, end := off/m.width, (off+int64(n)+m.width-1)/m.width
 	packed := make([]byte, (end+7)/8-first/8)
 	for _, f := range m.fills {
-		if err := readFull(f.bits, packed, first/8); err != nil {
+		if err := stream.ReadFull(f.bits, packed, first/8); err != nil {
 			return 0, fmt.Errorf("mask: %w", err)
 		}
 		for i, b := range packed {

@@ -16,6 +16,8 @@ import (
 	"github.com/ztfs/ztfs/internal/codec/shuffle"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
 	"github.com/ztfs/ztfs/internal/codec/szip"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
 
 // smoothF64 is a compressible field of n float64 values, little-endian.
@@ -75,7 +77,7 @@ func TestCodecChains(t *testing.T) {
 	}
 	chains := []chain{
 		{"lz4", lz4Stream, []formats.Codec{formats.Decompress{Method: "lz4", Size: uint64(len(raw))}}, raw},
-		{"zstd+shuffle", zstdCompress(t, shuffled), []formats.Codec{formats.Decompress{Method: "zstd", Size: uint64(len(raw))}, formats.Unshuffle{ElementSize: 8}}, raw},
+		{"zstd+shuffle", zstdframetest.Compress(t, shuffled), []formats.Codec{formats.Decompress{Method: "zstd", Size: uint64(len(raw))}, formats.Unshuffle{ElementSize: 8}}, raw},
 		{"shuffle", shuffled, []formats.Codec{formats.Unshuffle{ElementSize: 8}}, raw},
 		{"szip+shuffle", szipStream, []formats.Codec{sz(nil), formats.Unshuffle{ElementSize: 8}}, raw},
 		{"szip+shuffle, RSI offsets", szipStream, []formats.Codec{sz(rsiOffsets), formats.Unshuffle{ElementSize: 8}}, raw},
@@ -84,7 +86,7 @@ func TestCodecChains(t *testing.T) {
 		unpack, packed, want := unpackedOf(bits)
 		chains = append(chains, chain{fmt.Sprintf("simple_packing %d", bits), packed, []formats.Codec{unpack}, want})
 		if bits == 16 {
-			chains = append(chains, chain{"simple_packing 16+zstd", zstdCompress(t, packed),
+			chains = append(chains, chain{"simple_packing 16+zstd", zstdframetest.Compress(t, packed),
 				[]formats.Codec{formats.Decompress{Method: "zstd", Size: uint64(len(packed))}, unpack}, want})
 			lz, _ := lz4block.Encode(packed)
 			chains = append(chains, chain{"simple_packing 16+lz4", lz,
@@ -94,12 +96,12 @@ func TestCodecChains(t *testing.T) {
 	constant, _, constantWant := unpackedOf(0)
 	chains = append(chains, chain{"simple_packing 0", nil, []formats.Codec{constant}, constantWant})
 
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	offsets := make([]uint64, len(chains))
 	for i, c := range chains {
-		offsets[i] = b.add(c.stored)
+		offsets[i] = b.Add(c.stored)
 	}
-	src := b.open(t)
+	src := b.Open(t)
 	for i, c := range chains {
 		t.Run(c.name, func(t *testing.T) {
 			p := newTestPipeline(t, src, Options{})
@@ -114,8 +116,8 @@ func TestCodecChains(t *testing.T) {
 					t.Fatalf("read at %d differs", k)
 				}
 			}
-			checkRandomReads(t, r, c.want, int64(i))
-			if got := mustReadAll(t, r); !bytes.Equal(got, c.want) {
+			pipelinetest.CheckRandomReads(t, r, c.want, int64(i))
+			if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, c.want) {
 				t.Fatalf("decoded bytes differ")
 			}
 		})
@@ -128,12 +130,12 @@ func TestSimplePackingWithinError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b fileBuilder
-	off := b.add(packed)
-	pl := newTestPipeline(t, b.open(t), Options{})
+	var b pipelinetest.FileBuilder
+	off := b.Add(packed)
+	pl := newTestPipeline(t, b.Open(t), Options{})
 	comp := codecComponent(off, packed, formats.F64, 8*len(values), formats.SimpleUnpack{Count: uint64(len(values)),
 		Reference: p.Reference, BinaryScale: p.BinaryScale, DecimalScale: p.DecimalScale, Bits: 16})
-	got := mustReadAll(t, pl.Component(&formats.Tensor{Name: "t"}, comp))
+	got := pipelinetest.MustReadAll(t, pl.Component(&formats.Tensor{Name: "t"}, comp))
 	step := math.Ldexp(1, p.BinaryScale)
 	for i, v := range values {
 		g := math.Float64frombits(binary.LittleEndian.Uint64(got[8*i:]))
@@ -168,17 +170,17 @@ func TestCodecErrors(t *testing.T) {
 		{"packing width", shortPacked, 8, []formats.Codec{formats.SimpleUnpack{Count: 1, Bits: 65}}, ""},
 		{"rle bitmask lies", []byte{0, 0, 0, 64, 1, 200, 1}, 8, []formats.Codec{formats.BitmaskDecode{Method: "rle", Prefixed: true, Count: 64}}, "bitmask"},
 	}
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	offs := make([]uint64, len(tests))
 	for i, tc := range tests {
-		offs[i] = b.add(tc.stored)
+		offs[i] = b.Add(tc.stored)
 	}
-	src := b.open(t)
+	src := b.Open(t)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newTestPipeline(t, src, Options{})
 			comp := codecComponent(offs[i], tc.stored, formats.F64, tc.size, tc.codecs...)
-			_, err := readAll(t, p.Component(&formats.Tensor{Name: "t"}, comp), 4096)
+			_, err := pipelinetest.ReadAll(t, p.Component(&formats.Tensor{Name: "t"}, comp), 4096)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `tensor "t"`) {
 				t.Fatalf("err = %v, want one naming the tensor and containing %q", err, tc.want)
 			}
@@ -195,7 +197,7 @@ func TestBitmaskDecodeChains(t *testing.T) {
 		}
 	}
 	packed := bitmask.Pack(elems)
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	type tc struct {
 		method   string
 		prefixed bool
@@ -218,16 +220,16 @@ func TestBitmaskDecodeChains(t *testing.T) {
 		cases = append(cases, tc{m, false, enc, 0})
 	}
 	for i := range cases {
-		cases[i].off = b.add(cases[i].stored)
+		cases[i].off = b.Add(cases[i].stored)
 	}
-	src := b.open(t)
+	src := b.Open(t)
 	for _, c := range cases {
 		p := newTestPipeline(t, src, Options{BlockSize: 1024, Cache: nil})
 		comp := codecComponent(c.off, c.stored, formats.Bitmask, len(packed),
 			formats.BitmaskDecode{Method: c.method, Prefixed: c.prefixed, Count: n})
 		r := p.Component(&formats.Tensor{Name: "t"}, comp)
-		checkRandomReads(t, r, packed, 7)
-		if got := mustReadAll(t, r); !bytes.Equal(got, packed) {
+		pipelinetest.CheckRandomReads(t, r, packed, 7)
+		if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, packed) {
 			t.Errorf("%s (prefixed %v): decoded mask differs", c.method, c.prefixed)
 		}
 	}
@@ -267,9 +269,9 @@ func TestMasksRestoreNonFinite(t *testing.T) {
 	methods := []string{"none", "rle", "roaring"}
 	for _, tc := range tests {
 		t.Run(string(tc.dt), func(t *testing.T) {
-			data := randomBytes(n*tc.width, 3)
-			var b fileBuilder
-			off := b.add(data)
+			data := pipelinetest.RandomBytes(n*tc.width, 3)
+			var b pipelinetest.FileBuilder
+			off := b.Add(data)
 			masks := &formats.Masks{Count: n}
 			for k, blob := range []**formats.MaskBlob{&masks.NaN, &masks.PosInf, &masks.NegInf} {
 				method := methods[k]
@@ -277,9 +279,9 @@ func TestMasksRestoreNonFinite(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				*blob = &formats.MaskBlob{Method: method, Region: formats.Region{Offset: b.add(enc), Length: uint64(len(enc))}}
+				*blob = &formats.MaskBlob{Method: method, Region: formats.Region{Offset: b.Add(enc), Length: uint64(len(enc))}}
 			}
-			p := newTestPipeline(t, b.open(t), Options{})
+			p := newTestPipeline(t, b.Open(t), Options{})
 			comp := rawComponent("data", tc.dt, off, data)
 			comp.Masks = masks
 			want := append([]byte(nil), data...)
@@ -299,18 +301,18 @@ func TestMasksRestoreNonFinite(t *testing.T) {
 			}
 			put(8, 0)
 			r := p.Component(&formats.Tensor{Name: "t"}, comp)
-			checkRandomReads(t, r, want, 11)
-			if got := mustReadAll(t, r); !bytes.Equal(got, want) {
+			pipelinetest.CheckRandomReads(t, r, want, 11)
+			if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, want) {
 				t.Fatal("masked data differs")
 			}
 		})
 	}
-	var b fileBuilder
-	off := b.add(make([]byte, 16))
-	p := newTestPipeline(t, b.open(t), Options{})
+	var b pipelinetest.FileBuilder
+	off := b.Add(make([]byte, 16))
+	p := newTestPipeline(t, b.Open(t), Options{})
 	comp := rawComponent("data", formats.I32, off, make([]byte, 16))
 	comp.Masks = &formats.Masks{Count: 4, NaN: &formats.MaskBlob{Method: "none", Region: formats.Region{Offset: off, Length: 1}}}
-	if _, err := readAll(t, p.Component(&formats.Tensor{Name: "t"}, comp), 16); err == nil || !strings.Contains(err.Error(), "masks on dtype i32") {
+	if _, err := pipelinetest.ReadAll(t, p.Component(&formats.Tensor{Name: "t"}, comp), 16); err == nil || !strings.Contains(err.Error(), "masks on dtype i32") {
 		t.Errorf("masks on integers: %v", err)
 	}
 }
@@ -319,9 +321,9 @@ func TestMasksRestoreNonFinite(t *testing.T) {
 // fails all of them; VerifyNone serves them unchecked.
 func TestSharedDigestRegion(t *testing.T) {
 	body := []byte("payload-bytes-and-descriptor")
-	var b fileBuilder
-	off := b.add(body)
-	src := b.open(t)
+	var b pipelinetest.FileBuilder
+	off := b.Add(body)
+	src := b.Open(t)
 	region := &formats.Region{Offset: off, Length: uint64(len(body))}
 	mk := func(role string, start, n uint64, digest string) *formats.Component {
 		return &formats.Component{Role: role, DType: formats.U8, Offset: off + start, Length: n, Encoding: formats.Raw, Size: int64(n),
@@ -341,7 +343,7 @@ func TestSharedDigestRegion(t *testing.T) {
 		p := newTestPipeline(t, src, Options{Verify: tc.mode})
 		tensor := &formats.Tensor{Name: "0/obj"}
 		for _, c := range []*formats.Component{mk("payload", 0, 7, tc.digest), mk("data", 8, 5, tc.digest)} {
-			got, err := readAll(t, p.Component(tensor, c), 3)
+			got, err := pipelinetest.ReadAll(t, p.Component(tensor, c), 3)
 			if tc.fails != (err != nil) {
 				t.Errorf("mode %d digest %s %s: err = %v", tc.mode, tc.digest, c.Role, err)
 			}

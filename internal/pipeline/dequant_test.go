@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 	"github.com/ztfs/ztfs/quant"
 )
 
@@ -69,12 +70,12 @@ func TestDequantizedNPY(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := mustReadAll(t, r)
+			got := pipelinetest.MustReadAll(t, r)
 			body := got[len(got)-len(want):]
 			if !bytes.Equal(body, want) {
 				t.Fatal("dequantized tensor.npy differs from the naive reconstruction")
 			}
-			checkRandomReads(t, r, got, 5)
+			pipelinetest.CheckRandomReads(t, r, got, 5)
 		})
 	}
 }
@@ -85,14 +86,14 @@ func TestDequantizedSizeChecks(t *testing.T) {
 	codes.Length -= 16
 	codes.Size -= 16
 	p := newTestPipeline(t, src, Options{})
-	if _, err := readAll(t, mustNPY(t, p, tensor), 4096); err == nil || !strings.Contains(err.Error(), "blocks of 4-bit codes") {
+	if _, err := pipelinetest.ReadAll(t, mustNPY(t, p, tensor), 4096); err == nil || !strings.Contains(err.Error(), "blocks of 4-bit codes") {
 		t.Errorf("short codes: %v", err)
 	}
 	bad := *tensor
 	l := bad.Logical.(formats.BlockQuantized)
 	l.Bits = 5
 	bad.Logical = l
-	if _, err := readAll(t, mustNPY(t, p, &bad), 4096); err == nil || !strings.Contains(err.Error(), "5-bit codes") {
+	if _, err := pipelinetest.ReadAll(t, mustNPY(t, p, &bad), 4096); err == nil || !strings.Contains(err.Error(), "5-bit codes") {
 		t.Errorf("5-bit codes: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"fmt"
 	"sync"
+
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // elementwise maps each element of the stream below to one output element:
@@ -49,7 +51,7 @@ func (e *elementwise) ReadAt(p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, eof := clamp(p, off, count*int64(e.outBytes))
+	n, eof := stream.Clamp(p, off, count*int64(e.outBytes))
 	if n == 0 {
 		return 0, eof
 	}
@@ -66,7 +68,7 @@ func (e *elementwise) ReadAt(p []byte, off int64) (int, error) {
 	for el := first; el < end; el += chunkElements {
 		k := min(int64(chunkElements), end-el)
 		src := (*bufp)[:(k*int64(e.inBits)+7)/8]
-		if err := readFull(e.in, src, el*int64(e.inBits)/8); err != nil {
+		if err := stream.ReadFull(e.in, src, el*int64(e.inBits)/8); err != nil {
 			return 0, err
 		}
 		outStart := el * int64(e.outBytes)

@@ -10,14 +10,15 @@ import (
 	"github.com/ztfs/ztfs/formats/gguf"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant/ggml"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // ggufDequantTypes are the quantized ggml types that ggml dequantizes:
 // every family (legacy, k-quants, i-quants, ternary, FP4, Q1_0/Q2_0).
-var ggufDequantTypes = func() []ggml.Type {
-	var out []ggml.Type
-	for id := ggml.Type(0); id < 64; id++ {
-		if info, err := ggml.Lookup(id); err == nil && !info.Plain && info.NoDequantize == "" {
+var ggufDequantTypes = func() []ggmltype.Type {
+	var out []ggmltype.Type
+	for id := ggmltype.Type(0); id < 64; id++ {
+		if info, err := ggmltype.Lookup(id); err == nil && !info.Plain && info.NoDequantize == "" {
 			out = append(out, id)
 		}
 	}
@@ -26,8 +27,8 @@ var ggufDequantTypes = func() []ggml.Type {
 
 // ggufOf is a GGUF file of one tensor "w" of type typ, rows × blocks
 // blocks, whose data are data repeated.
-func ggufOf(typ ggml.Type, rows, blocks int, data []byte) []byte {
-	info, _ := ggml.Lookup(typ)
+func ggufOf(typ ggmltype.Type, rows, blocks int, data []byte) []byte {
+	info, _ := ggmltype.Lookup(typ)
 	le := binary.LittleEndian
 	b := []byte(gguf.Magic)
 	b = le.AppendUint32(b, 3)
@@ -74,7 +75,7 @@ func FuzzGGUFDequant(f *testing.F) {
 		}
 		x := c.Tensors[0]
 		d := x.Component("data")
-		info, _ := ggml.Lookup(typ)
+		info, _ := ggmltype.Lookup(typ)
 		want := make([]float32, r*nb*info.BlockSize)
 		if err := ggml.Dequantize(typ, want, file[d.Offset:d.Offset+d.Length]); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/x448/float16"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
 
 // groupCase is a group-quantized tensor with random content and the
@@ -215,11 +216,11 @@ func randomGroupCases(rng *rand.Rand) []*groupCase {
 	return cases
 }
 
-func (c *groupCase) tensor(b *fileBuilder) *formats.Tensor {
+func (c *groupCase) tensor(b *pipelinetest.FileBuilder) *formats.Tensor {
 	t := &formats.Tensor{Name: c.name, Shape: c.shape, DType: formats.F32, Logical: c.l}
 	for _, role := range []string{"packed_weight", "q4", "qweight", "scales", "zeros", "qzeros", "g_idx"} {
 		if data, ok := c.comps[role]; ok {
-			t.Components = append(t.Components, rawComponent(role, formats.U8, b.add(data), data))
+			t.Components = append(t.Components, rawComponent(role, formats.U8, b.Add(data), data))
 		}
 	}
 	return t
@@ -227,12 +228,12 @@ func (c *groupCase) tensor(b *fileBuilder) *formats.Tensor {
 
 func TestGroupDequantized(t *testing.T) {
 	cases := randomGroupCases(rand.New(rand.NewSource(3)))
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	tensors := make([]*formats.Tensor, len(cases))
 	for i, c := range cases {
 		tensors[i] = c.tensor(&b)
 	}
-	src := b.open(t)
+	src := b.Open(t)
 	// Small blocks cut groups into short runs; larger ones keep them whole.
 	for _, blockSize := range []int64{256, 4096} {
 		for i, c := range cases {
@@ -242,12 +243,12 @@ func TestGroupDequantized(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := mustReadAll(t, r)
+				got := pipelinetest.MustReadAll(t, r)
 				want := c.reference()
 				if !bytes.Equal(got[len(got)-len(want):], want) {
 					t.Fatal("dequantized values differ from the reference")
 				}
-				checkRandomReads(t, r, got, int64(i))
+				pipelinetest.CheckRandomReads(t, r, got, int64(i))
 			})
 		}
 	}
@@ -255,7 +256,7 @@ func TestGroupDequantized(t *testing.T) {
 
 func TestGroupDequantizedErrors(t *testing.T) {
 	cases := randomGroupCases(rand.New(rand.NewSource(4)))
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	short := cases[0].tensor(&b)
 	short.Component("scales").Length -= 2
 	short.Component("scales").Size -= 2
@@ -263,7 +264,7 @@ func TestGroupDequantizedErrors(t *testing.T) {
 	idx := gptq.comps["g_idx"]
 	binary.LittleEndian.PutUint32(idx[4*5:], 99) // row 5 names a group that does not exist
 	badIdx := gptq.tensor(&b)
-	src := b.open(t)
+	src := b.Open(t)
 	for _, tc := range []struct {
 		t    *formats.Tensor
 		want string
@@ -273,7 +274,7 @@ func TestGroupDequantizedErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := readAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := pipelinetest.ReadAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.t.Name, err, tc.want)
 		}
 	}
@@ -283,13 +284,13 @@ func TestGroupDequantizedErrors(t *testing.T) {
 // the float32 result rounded to float16; stored float32 stays as it is.
 func TestNPYFloat16(t *testing.T) {
 	cases := randomGroupCases(rand.New(rand.NewSource(5)))
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	group := cases[0].tensor(&b)
 	bf16 := []byte{0x80, 0x3F, 0x00, 0xC0, 0x49, 0x40, 0x80, 0x7F} // 1, -2, 3.140625, +Inf
-	bfOff := b.add(bf16)
+	bfOff := b.Add(bf16)
 	f32 := f32Bytes(1.5, -2)
-	f32Off := b.add(f32)
-	src := b.open(t)
+	f32Off := b.Add(f32)
+	src := b.Open(t)
 	bfTensor := &formats.Tensor{Name: "bf", Shape: []uint64{4}, DType: formats.BF16,
 		Components: []*formats.Component{rawComponent("data", formats.BF16, bfOff, bf16)}, Logical: formats.Dense{Role: "data", DType: formats.BF16}}
 	f32Tensor := &formats.Tensor{Name: "f", Shape: []uint64{2}, DType: formats.F32,
@@ -319,7 +320,7 @@ func TestNPYFloat16(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := mustReadAll(t, r)
+		got := pipelinetest.MustReadAll(t, r)
 		if int64(len(got)) != int64(info.Size) || !bytes.Equal(got[len(info.Header):], tc.want) {
 			t.Errorf("%s: tensor.npy data % x, want % x", tc.tensor.Name, got[len(info.Header):min(len(got), len(info.Header)+16)], tc.want[:min(16, len(tc.want))])
 		}
@@ -345,14 +346,14 @@ func FuzzGroupDequantized(f *testing.F) {
 		if cut > 0 {
 			c.comps[role] = c.comps[role][:len(c.comps[role])-int(cut)]
 		}
-		var b fileBuilder
+		var b pipelinetest.FileBuilder
 		tensor := c.tensor(&b)
-		p := newTestPipeline(t, b.open(t), Options{BlockSize: 16 * (1 + int64(blockSize)%4096)})
+		p := newTestPipeline(t, b.Open(t), Options{BlockSize: 16 * (1 + int64(blockSize)%4096)})
 		r, err := p.NPY(tensor)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := readAll(t, r, 1+int(blockSize))
+		got, err := pipelinetest.ReadAll(t, r, 1+int(blockSize))
 		if cut > 0 {
 			if err == nil {
 				t.Fatalf("%s cut by %d bytes: no error", role, cut)

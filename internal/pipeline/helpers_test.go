@@ -1,54 +1,16 @@
 package pipeline
 
 import (
-	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
 	"math"
-	"math/rand"
-	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/npy"
 	"github.com/ztfs/ztfs/internal/source"
 )
-
-// fileBuilder lays out test components in a source file.
-type fileBuilder struct {
-	buf bytes.Buffer
-}
-
-// add appends stored bytes at a 64-byte boundary and returns their offset.
-func (b *fileBuilder) add(stored []byte) uint64 {
-	for b.buf.Len()%64 != 0 || b.buf.Len() == 0 {
-		b.buf.WriteByte(0)
-	}
-	off := uint64(b.buf.Len())
-	b.buf.Write(stored)
-	return off
-}
-
-func (b *fileBuilder) open(t testing.TB) *source.File {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "src.bin")
-	b.buf.WriteString("trailer")
-	if err := os.WriteFile(path, b.buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	src, err := source.OpenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return src
-}
 
 // guard takes the source's read lease, which the tests' own files always
 // allow on Linux. Elsewhere there are no leases, and the tests that need
@@ -86,86 +48,6 @@ func newTestPipeline(t *testing.T, src source.Source, opts Options) *Pipeline {
 	return p
 }
 
-func zstdCompress(t testing.TB, data []byte) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	enc, err := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedDefault))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := enc.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := enc.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
-}
-
-// readAll reads a reader whole, in reads of the given size.
-func readAll(t *testing.T, r Reader, step int) ([]byte, error) {
-	t.Helper()
-	size, err := r.Size()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, size)
-	buf := make([]byte, step)
-	for off := int64(0); off < size; {
-		n, err := r.ReadAt(buf, off)
-		out = append(out, buf[:n]...)
-		off += int64(n)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return out, err
-		}
-	}
-	return out, nil
-}
-
-func mustReadAll(t *testing.T, r Reader) []byte {
-	t.Helper()
-	b, err := readAll(t, r, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// checkRandomReads compares reads at random offsets and sizes with want.
-func checkRandomReads(t *testing.T, r Reader, want []byte, seed int64) {
-	t.Helper()
-	rng := rand.New(rand.NewSource(seed))
-	for i := 0; i < 200; i++ {
-		off := rng.Int63n(int64(len(want)) + 10)
-		n := rng.Intn(3 * 4096)
-		buf := make([]byte, n)
-		got, err := r.ReadAt(buf, off)
-		wantN := max(0, min(int64(n), int64(len(want))-off))
-		if int64(got) != wantN {
-			t.Fatalf("ReadAt(%d bytes at %d) = %d, %v; want %d bytes", n, off, got, err, wantN)
-		}
-		if wantN < int64(n) && !errors.Is(err, io.EOF) {
-			t.Fatalf("short read at %d without io.EOF: %v", off, err)
-		}
-		if wantN == int64(n) && err != nil {
-			t.Fatalf("full read at %d with error %v", off, err)
-		}
-		if wantN > 0 && !bytes.Equal(buf[:got], want[off:off+wantN]) {
-			t.Fatalf("ReadAt(%d bytes at %d): wrong bytes", n, off)
-		}
-		if wantN > 0 {
-			slices, release, err := ReadSlices(r, off, wantN, nil)
-			if err != nil || !bytes.Equal(bytes.Join(slices, nil), want[off:off+wantN]) {
-				t.Fatalf("ReadSlices(%d bytes at %d): %v", wantN, off, err)
-			}
-			release()
-		}
-	}
-}
-
 func f32Bytes(vals ...float32) []byte {
 	b := make([]byte, 4*len(vals))
 	for i, v := range vals {
@@ -178,18 +60,6 @@ func u64Bytes(vals ...uint64) []byte {
 	b := make([]byte, 8*len(vals))
 	for i, v := range vals {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
-	}
-	return b
-}
-
-func randomBytes(n int, seed int64) []byte {
-	b := make([]byte, n)
-	rand.New(rand.NewSource(seed)).Read(b)
-	// Keep it compressible, as real tensors are.
-	for i := range b {
-		if i%3 == 0 {
-			b[i] = 0
-		}
 	}
 	return b
 }

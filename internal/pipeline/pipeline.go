@@ -1,9 +1,3 @@
-// Package pipeline turns the components and tensors of a formats.Container
-// into bytes. Each file of the mount is a chain of small readers: file
-// region → digest check → zstd decode → byte swap to little-endian → dtype
-// widening or sparse densification → .npy header. Decoding stages keep
-// their output in the block cache; raw regions are read straight from the
-// source file and can be served without a copy.
 package pipeline
 
 import (
@@ -18,6 +12,10 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/digest"
 	"github.com/ztfs/ztfs/internal/npy"
+	"github.com/ztfs/ztfs/internal/pipeline/blocks"
+	"github.com/ztfs/ztfs/internal/pipeline/dense"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
+	"github.com/ztfs/ztfs/internal/pipeline/zstdstream"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/quant"
 )
@@ -73,11 +71,11 @@ const DefaultBlockSize = 1 << 20
 type Pipeline struct {
 	srcs []source.Source
 	opts Options
-	pool *decoderPool
+	pool *zstdstream.Pool
 
 	mu         sync.Mutex
 	components map[*formats.Component]Reader
-	seekables  map[*formats.Component]*zstdStream
+	seekables  map[*formats.Component]*zstdstream.Stream
 	npys       map[*formats.Tensor]Reader
 	verdicts   map[verdictKey]*verdict
 }
@@ -105,16 +103,16 @@ func New(srcs []source.Source, opts Options) (*Pipeline, error) {
 		opts.Logf = func(string, ...any) {}
 	}
 	return &Pipeline{
-		srcs: srcs, opts: opts, pool: newDecoderPool(opts.Decoders),
+		srcs: srcs, opts: opts, pool: zstdstream.NewPool(opts.Decoders),
 		components: make(map[*formats.Component]Reader),
-		seekables:  make(map[*formats.Component]*zstdStream),
+		seekables:  make(map[*formats.Component]*zstdstream.Stream),
 		npys:       make(map[*formats.Tensor]Reader),
 		verdicts:   make(map[verdictKey]*verdict),
 	}, nil
 }
 
 // Close releases the decoders. Readers must not be used afterwards.
-func (p *Pipeline) Close() { p.pool.close() }
+func (p *Pipeline) Close() { p.pool.Close() }
 
 // Sources returns the source files the pipeline reads, the container's
 // own first.
@@ -168,7 +166,7 @@ func (p *Pipeline) buildComponent(t *formats.Tensor, c *formats.Component) Reade
 	if c.Offset > uint64(src.Size()) || c.Length > uint64(src.Size())-c.Offset {
 		return failing{fmt.Errorf("stored bytes [%d, +%d) lie outside the %d-byte source %s", c.Offset, c.Length, src.Size(), src.Name())}
 	}
-	var stored Reader = newRegion(src, int64(c.Offset), int64(c.Length))
+	var stored Reader = stream.NewRegion(src, int64(c.Offset), int64(c.Length))
 	var storedCheck *verdict
 	if c.Digest != "" && !c.DigestDecoded && p.verifies(c) {
 		v, err := p.verdictLocked(t, c)
@@ -236,7 +234,7 @@ func (p *Pipeline) fileVerdictLocked(k int) *verdict {
 		return v
 	}
 	v := &verdict{check: func() error {
-		err := digest.Check(newRegion(src, 0, src.Size()), 0, src.Size(), key.digest)
+		err := digest.Check(stream.NewRegion(src, 0, src.Size()), 0, src.Size(), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("%s: %v; served unverified", src.Name(), err)
 			return nil
@@ -304,7 +302,7 @@ func (p *Pipeline) CheckSeekTables(c *formats.Container) error {
 			if z == nil {
 				continue // the component failed before its stream was made; reads say why
 			}
-			if _, err := z.index(); err != nil {
+			if err := z.CheckIndex(); err != nil {
 				return fmt.Errorf("tensor %q: component %q: %w", t.Name, comp.Role, err)
 			}
 		}
@@ -355,7 +353,7 @@ func (p *Pipeline) verdictLocked(t *formats.Tensor, c *formats.Component) (*verd
 	v := &verdict{check: func() error {
 		// Through a region, whose failed reads are sourceErrors: a
 		// verdict that could not read the bytes is not kept.
-		err := digest.Check(newRegion(src, int64(key.off), int64(key.length)), 0, int64(key.length), key.digest)
+		err := digest.Check(stream.NewRegion(src, int64(key.off), int64(key.length)), 0, int64(key.length), key.digest)
 		if errors.Is(err, digest.ErrUnverifiable) {
 			p.opts.Logf("tensor %q: component %q: %v; served unverified", t.Name, c.Role, err)
 			return nil
@@ -548,42 +546,42 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		return data, nil
 	case formats.SparseCSR, formats.SparseCOO:
 		// Resolve readers now, under p.mu, rather than from block fills.
-		s, err := newSparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity())
-		if err != nil {
-			return nil, err
-		}
-		s.out = newCached(p.opts.Cache, p.opts.BlockSize, s)
-		return s.out, nil
+		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.Sparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity(), h)
+		})
 	case formats.BlockQuantized:
-		d, err := newDequantized(l, readers, p.opts.BlockSize)
-		if err != nil {
-			return nil, err
-		}
-		d.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, d)
-		return d.out, nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.BlockQuantized(l, readers, p.opts.BlockSize, h)
+		})
 	case formats.GroupQuantized:
-		g, err := newGroupDequantized(t, l, readers, p.opts.BlockSize)
-		if err != nil {
-			return nil, err
-		}
-		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
-		return g.out, nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.GroupQuantized(t, l, readers, p.opts.BlockSize, h)
+		})
 	case formats.GGML:
-		g, err := newGGMLDequantized(t, l, readers, p.opts.BlockSize)
-		if err != nil {
-			return nil, err
-		}
-		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
-		return g.out, nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.GGML(t, l, readers, p.opts.BlockSize, h)
+		})
 	case formats.AffineQuantized, formats.Microscaled:
-		g, err := newGrouped(t, readers, p.opts.BlockSize)
-		if err != nil {
-			return nil, err
-		}
-		g.out = newCheapCached(p.opts.Cache, p.opts.BlockSize, g)
-		return g.out, nil
+		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+			return dense.Grouped(t, readers, p.opts.BlockSize, h)
+		})
 	}
 	return nil, fmt.Errorf("layout %T has no tensor.npy", t.Logical)
+}
+
+// blocksOf serves, through the block cache, the blocks of the source
+// newSource makes over a stream of its own; cheap says they are cheap to
+// make again (blocks.NewCheapReader).
+func (p *Pipeline) blocksOf(cheap bool, newSource func(h blocks.Cache) (blocks.Source, error)) (Reader, error) {
+	h := blocks.NewCache(p.opts.Cache)
+	src, err := newSource(h)
+	if err != nil {
+		return nil, err
+	}
+	if cheap {
+		return blocks.NewCheapReader(h, p.opts.BlockSize, src), nil
+	}
+	return blocks.NewReader(h, p.opts.BlockSize, src), nil
 }
 
 // File returns the bytes of an extra root file.
@@ -598,7 +596,7 @@ func (p *Pipeline) File(f *formats.File) Reader {
 	if f.Offset > uint64(src.Size()) || f.Length > uint64(src.Size())-f.Offset {
 		return failing{fmt.Errorf("file %q: stored bytes lie outside the source", f.Name)}
 	}
-	return withContext(newRegion(src, int64(f.Offset), int64(f.Length)), nil, fmt.Sprintf("file %q", f.Name))
+	return withContext(stream.NewRegion(src, int64(f.Offset), int64(f.Length)), nil, fmt.Sprintf("file %q", f.Name))
 }
 
 // unreadable is a reader of a known size whose reads fail with one error:

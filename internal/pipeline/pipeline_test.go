@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 	"github.com/ztfs/ztfs/internal/source"
 )
 
@@ -33,10 +33,10 @@ func (c *countedSpans) Span() (func(), bool) {
 }
 
 func TestRawDenseComponentAndNPY(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	data := f32Bytes(1, 2, 3, 4, 5, 6)
-	off := b.add(data)
-	file := b.open(t)
+	off := b.Add(data)
+	file := b.Open(t)
 	guard(t, file)
 	src := &countedSpans{File: file}
 	p := newTestPipeline(t, src, Options{})
@@ -45,7 +45,7 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 		Components: []*formats.Component{c}, Logical: formats.Dense{Role: "data", DType: formats.F32}}
 
 	r := p.Component(tensor, c)
-	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+	if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatalf("component = %x", got)
 	}
 	span, ok := r.(FileSpanner).FileSpan(4, 8)
@@ -62,11 +62,11 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := mustReadAll(t, n)
+	whole := pipelinetest.MustReadAll(t, n)
 	if got := npyData(t, whole, "<f4", []uint64{2, 3}); !bytes.Equal(got, data) {
 		t.Fatalf("npy data = %x", got)
 	}
-	checkRandomReads(t, n, whole, 1)
+	pipelinetest.CheckRandomReads(t, n, whole, 1)
 	header := int64(len(whole) - len(data))
 	span, ok = n.(FileSpanner).FileSpan(header+8, 4)
 	if !ok || span.Off != int64(off)+8 {
@@ -89,10 +89,10 @@ func TestRawDenseComponentAndNPY(t *testing.T) {
 // A source the kernel cannot splice from (no source.Spanner, as a remote
 // object will be) is read, never spanned, even where a file would be.
 func TestSourceWithoutSpans(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	data := f32Bytes(1, 2, 3, 4)
-	off := b.add(data)
-	file := b.open(t)
+	off := b.Add(data)
+	file := b.Open(t)
 	guard(t, file)
 	src := struct{ source.Source }{file} // hides Fd and Span
 	p := newTestPipeline(t, src, Options{})
@@ -100,7 +100,7 @@ func TestSourceWithoutSpans(t *testing.T) {
 	tensor := &formats.Tensor{Name: "w", Shape: []uint64{4}, DType: formats.F32, Layout: "dense",
 		Components: []*formats.Component{c}, Logical: formats.Dense{Role: "data", DType: formats.F32}}
 	r := p.Component(tensor, c)
-	if got := mustReadAll(t, r); !bytes.Equal(got, data) {
+	if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, data) {
 		t.Fatalf("component = %x", got)
 	}
 	if span, ok := r.(FileSpanner).FileSpan(0, 8); ok {
@@ -110,8 +110,8 @@ func TestSourceWithoutSpans(t *testing.T) {
 }
 
 func TestZstdComponent(t *testing.T) {
-	data := randomBytes(10*4096+123, 7)
-	stored := zstdCompress(t, data)
+	data := pipelinetest.RandomBytes(10*4096+123, 7)
+	stored := zstdframetest.Compress(t, data)
 	tests := []struct {
 		name     string
 		declared int64
@@ -126,12 +126,12 @@ func TestZstdComponent(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var b fileBuilder
-			off := b.add(stored)
-			p := newTestPipeline(t, b.open(t), Options{})
+			var b pipelinetest.FileBuilder
+			off := b.Add(stored)
+			p := newTestPipeline(t, b.Open(t), Options{})
 			c := zstdComponent("data", formats.U8, off, stored, tc.declared)
 			r := p.Component(&formats.Tensor{Name: "z"}, c)
-			got, err := readAll(t, r, 1500)
+			got, err := pipelinetest.ReadAll(t, r, 1500)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -150,17 +150,17 @@ func TestZstdComponent(t *testing.T) {
 			if err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("read %d bytes, err %v", len(got), err)
 			}
-			checkRandomReads(t, r, data, 2)
+			pipelinetest.CheckRandomReads(t, r, data, 2)
 		})
 	}
 }
 
 func TestZstdUnknownSizeCapped(t *testing.T) {
 	data := make([]byte, 100000)
-	stored := zstdCompress(t, data)
-	var b fileBuilder
-	off := b.add(stored)
-	p := newTestPipeline(t, b.open(t), Options{})
+	stored := zstdframetest.Compress(t, data)
+	var b pipelinetest.FileBuilder
+	off := b.Add(stored)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	c := zstdComponent("data", formats.U8, off, stored, -1)
 	c.MaxSize = 50000
 	// The frame records its size: refused before any decoding.
@@ -171,19 +171,19 @@ func TestZstdUnknownSizeCapped(t *testing.T) {
 }
 
 func TestZstdDamagedStreams(t *testing.T) {
-	data := randomBytes(50000, 3)
-	good := zstdCompress(t, data)
+	data := pipelinetest.RandomBytes(50000, 3)
+	good := zstdframetest.Compress(t, data)
 	truncated := good[:len(good)/2]
 	flipped := append([]byte{}, good...)
 	flipped[len(flipped)/2] ^= 0xFF
 	for name, stored := range map[string][]byte{"truncated": truncated, "flipped": flipped, "garbage": []byte("not zstd at all")} {
 		for _, declared := range []int64{int64(len(data)), -1} {
 			t.Run(fmt.Sprint(name, declared), func(t *testing.T) {
-				var b fileBuilder
-				off := b.add(stored)
-				p := newTestPipeline(t, b.open(t), Options{})
+				var b pipelinetest.FileBuilder
+				off := b.Add(stored)
+				p := newTestPipeline(t, b.Open(t), Options{})
 				r := p.Component(&formats.Tensor{Name: "z"}, zstdComponent("data", formats.U8, off, stored, declared))
-				got, err := readAll(t, r, 4096)
+				got, err := pipelinetest.ReadAll(t, r, 4096)
 				if err == nil && bytes.Equal(got, data) {
 					return // a flip in a literal section can survive without a checksum
 				}
@@ -196,67 +196,33 @@ func TestZstdDamagedStreams(t *testing.T) {
 }
 
 func TestZstdConcatenatedFrames(t *testing.T) {
-	a, c := randomBytes(5000, 1), randomBytes(7000, 2)
-	stored := append(zstdCompress(t, a), zstdCompress(t, c)...)
-	var b fileBuilder
-	off := b.add(stored)
-	p := newTestPipeline(t, b.open(t), Options{})
-	got := mustReadAll(t, p.Component(&formats.Tensor{}, zstdComponent("data", formats.U8, off, stored, -1)))
+	a, c := pipelinetest.RandomBytes(5000, 1), pipelinetest.RandomBytes(7000, 2)
+	stored := append(zstdframetest.Compress(t, a), zstdframetest.Compress(t, c)...)
+	var b pipelinetest.FileBuilder
+	off := b.Add(stored)
+	p := newTestPipeline(t, b.Open(t), Options{})
+	got := pipelinetest.MustReadAll(t, p.Component(&formats.Tensor{}, zstdComponent("data", formats.U8, off, stored, -1)))
 	if !bytes.Equal(got, append(a, c...)) {
 		t.Fatal("concatenated frames decoded wrongly")
 	}
 }
 
-// More streams than decoders, read interleaved and concurrently, with a
-// cache too small to hold them: every byte must still be right.
-func TestZstdDecoderPoolSharing(t *testing.T) {
-	var b fileBuilder
-	var comps []*formats.Component
-	var want [][]byte
-	for i := 0; i < 5; i++ {
-		data := randomBytes(20*4096+i*77, int64(i))
-		stored := zstdCompress(t, data)
-		comps = append(comps, zstdComponent(fmt.Sprint("c", i), formats.U8, b.add(stored), stored, int64(len(data))))
-		want = append(want, data)
-	}
-	p := newTestPipeline(t, b.open(t), Options{Decoders: 2, Cache: cache.New(8 * 4096)})
-	tensor := &formats.Tensor{Name: "t", Components: comps}
-	var wg sync.WaitGroup
-	for i := range comps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := p.Component(tensor, comps[i])
-			for pass := 0; pass < 2; pass++ {
-				got, err := readAll(t, r, 3000)
-				if err != nil || !bytes.Equal(got, want[i]) {
-					t.Errorf("stream %d pass %d: %v", i, pass, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if live := len(p.pool.live); live > 2 {
-		t.Errorf("%d decoders alive, limit 2", live)
-	}
-}
-
 func TestBigEndianSwap(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	be := make([]byte, 8)
 	binary.BigEndian.PutUint32(be, 0x3F800000) // 1.0
 	binary.BigEndian.PutUint32(be[4:], 0x40000000)
-	off := b.add(be)
-	p := newTestPipeline(t, b.open(t), Options{})
+	off := b.Add(be)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	c := rawComponent("data", formats.F32, off, be)
 	c.BigEndian = true
 	tensor := &formats.Tensor{Name: "be", Shape: []uint64{2}, DType: formats.F32, Components: []*formats.Component{c},
 		Logical: formats.Dense{Role: "data", DType: formats.F32}}
-	if got := mustReadAll(t, p.Component(tensor, c)); !bytes.Equal(got, f32Bytes(1, 2)) {
+	if got := pipelinetest.MustReadAll(t, p.Component(tensor, c)); !bytes.Equal(got, f32Bytes(1, 2)) {
 		t.Fatalf("swapped = %x", got)
 	}
 	r, _ := p.NPY(tensor)
-	if got := npyData(t, mustReadAll(t, r), "<f4", []uint64{2}); !bytes.Equal(got, f32Bytes(1, 2)) {
+	if got := npyData(t, pipelinetest.MustReadAll(t, r), "<f4", []uint64{2}); !bytes.Equal(got, f32Bytes(1, 2)) {
 		t.Fatalf("npy = %x", got)
 	}
 	if _, ok := p.Component(tensor, c).(*contextual).r.(FileSpanner); ok {
@@ -281,9 +247,9 @@ func TestWidenedNPY(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var b fileBuilder
-			off := b.add(tc.data)
-			p := newTestPipeline(t, b.open(t), Options{})
+			var b pipelinetest.FileBuilder
+			off := b.Add(tc.data)
+			p := newTestPipeline(t, b.Open(t), Options{})
 			c := rawComponent("data", formats.U8, off, tc.data)
 			tensor := &formats.Tensor{Name: tc.name, Shape: tc.shape, DType: tc.dt, Components: []*formats.Component{c},
 				Logical: formats.Dense{Role: "data", DType: tc.dt}}
@@ -291,11 +257,11 @@ func TestWidenedNPY(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			whole := mustReadAll(t, r)
+			whole := pipelinetest.MustReadAll(t, r)
 			if got := npyData(t, whole, tc.descr, tc.shape); !bytes.Equal(got, tc.want) {
 				t.Fatalf("data = %x, want %x", got, tc.want)
 			}
-			checkRandomReads(t, r, whole, 3)
+			pipelinetest.CheckRandomReads(t, r, whole, 3)
 		})
 	}
 }
@@ -303,27 +269,27 @@ func TestWidenedNPY(t *testing.T) {
 // A dense component whose size disagrees with the shape fails its reads;
 // the parsers reject this at open, the pipeline does not trust them.
 func TestDenseSizeMismatch(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	data := f32Bytes(1, 2, 3)
-	off := b.add(data)
-	p := newTestPipeline(t, b.open(t), Options{})
+	off := b.Add(data)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	c := rawComponent("data", formats.F32, off, data)
 	tensor := &formats.Tensor{Name: "w", Shape: []uint64{2, 2}, DType: formats.F32, Components: []*formats.Component{c},
 		Logical: formats.Dense{Role: "data", DType: formats.F32}}
 	r, _ := p.NPY(tensor)
-	if _, err := readAll(t, r, 100); err == nil || !strings.Contains(err.Error(), "needs 16") {
+	if _, err := pipelinetest.ReadAll(t, r, 100); err == nil || !strings.Contains(err.Error(), "needs 16") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestUnknownEncodingServesStoredBytes(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	data := []byte("lz4 bytes as stored")
-	off := b.add(data)
-	p := newTestPipeline(t, b.open(t), Options{})
+	off := b.Add(data)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	c := rawComponent("data", formats.F32, off, data)
 	c.Encoding = "lz4"
-	if got := mustReadAll(t, p.Component(&formats.Tensor{}, c)); !bytes.Equal(got, data) {
+	if got := pipelinetest.MustReadAll(t, p.Component(&formats.Tensor{}, c)); !bytes.Equal(got, data) {
 		t.Fatalf("got %q", got)
 	}
 }
@@ -345,10 +311,10 @@ func TestDigestVerification(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.digest, func(t *testing.T) {
-			var b fileBuilder
-			off := b.add(data)
+			var b pipelinetest.FileBuilder
+			off := b.Add(data)
 			var notes []string
-			src := b.open(t)
+			src := b.Open(t)
 			guard(t, src)
 			p := newTestPipeline(t, src, Options{Verify: VerifyAll, Logf: func(f string, a ...any) { notes = append(notes, fmt.Sprintf(f, a...)) }})
 			c := rawComponent("data", formats.F32, off, data)
@@ -356,7 +322,7 @@ func TestDigestVerification(t *testing.T) {
 			r := p.Component(&formats.Tensor{Name: "crc"}, c)
 			span, spanOK := r.(FileSpanner).FileSpan(0, 4)
 			releaseSpan(span, spanOK)
-			got, err := readAll(t, r, 100)
+			got, err := pipelinetest.ReadAll(t, r, 100)
 			if tc.wantErr == "" {
 				if err != nil || !bytes.Equal(got, data) || !spanOK {
 					t.Fatalf("read: %v (span %v)", err, spanOK)
@@ -376,9 +342,9 @@ func TestDigestVerification(t *testing.T) {
 // and a constant 0-bit simple_packing payload whose digest covers other
 // bytes (a Tensogram frame body).
 func TestDigestOfBytesNotRead(t *testing.T) {
-	var b fileBuilder
-	body := b.add([]byte("the descriptor, damaged"))
-	p := newTestPipeline(t, b.open(t), Options{Verify: VerifyAll})
+	var b pipelinetest.FileBuilder
+	body := b.Add([]byte("the descriptor, damaged"))
+	p := newTestPipeline(t, b.Open(t), Options{Verify: VerifyAll})
 	empty := rawComponent("data", formats.F32, body, nil)
 	empty.Digest = "crc32c:0x9EBA690A" // of 1, 2, 3, 4 as f32: a length that lies
 	if _, err := p.Component(&formats.Tensor{Name: "e"}, empty).Size(); err == nil || !strings.Contains(err.Error(), "crc32c mismatch") {
@@ -395,14 +361,14 @@ func TestDigestOfBytesNotRead(t *testing.T) {
 }
 
 func TestSourceChangeFailsReads(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	data := f32Bytes(1, 2)
-	off := b.add(data)
-	src := b.open(t)
+	off := b.Add(data)
+	src := b.Open(t)
 	guard(t, src)
 	p := newTestPipeline(t, src, Options{})
 	r := p.Component(&formats.Tensor{}, rawComponent("data", formats.F32, off, data))
-	mustReadAll(t, r)
+	pipelinetest.MustReadAll(t, r)
 	f, err := os.OpenFile(src.Name(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -410,7 +376,7 @@ func TestSourceChangeFailsReads(t *testing.T) {
 	f.WriteString("appended")
 	f.Close()
 	// No wait: the open broke the lease before the append could start.
-	if _, err := readAll(t, r, 100); !errors.Is(err, source.ErrChanged) {
+	if _, err := pipelinetest.ReadAll(t, r, 100); !errors.Is(err, source.ErrChanged) {
 		t.Fatalf("after append: %v", err)
 	}
 	if span, ok := r.(FileSpanner).FileSpan(0, 4); ok {
@@ -420,9 +386,9 @@ func TestSourceChangeFailsReads(t *testing.T) {
 }
 
 func TestComponentOutsideSource(t *testing.T) {
-	var b fileBuilder
-	b.add([]byte{1})
-	p := newTestPipeline(t, b.open(t), Options{})
+	var b pipelinetest.FileBuilder
+	b.Add([]byte{1})
+	p := newTestPipeline(t, b.Open(t), Options{})
 	c := &formats.Component{Role: "data", Offset: 1 << 62, Length: 1 << 62, Encoding: formats.Raw, Size: 1 << 62}
 	if _, err := p.Component(&formats.Tensor{}, c).Size(); err == nil {
 		t.Fatal("component beyond the source accepted")
@@ -450,10 +416,10 @@ func TestNPYOfReasons(t *testing.T) {
 // Bytes that cannot be lent go into the caller's buffer through every
 // wrapper of a component, rather than into new memory per read.
 func TestReadSlicesUsesCallersBuffer(t *testing.T) {
-	data := randomBytes(64<<10, 11)
-	var b fileBuilder
-	off := b.add(data)
-	p := newTestPipeline(t, b.open(t), Options{})
+	data := pipelinetest.RandomBytes(64<<10, 11)
+	var b pipelinetest.FileBuilder
+	off := b.Add(data)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	r := p.Component(&formats.Tensor{Name: "raw"}, rawComponent("data", formats.U8, off, data))
 	buf := make([]byte, 8192)
 	slices, release, err := ReadSlices(r, 100, 4096, buf)

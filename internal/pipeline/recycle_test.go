@@ -11,6 +11,9 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // Readers of components decoded into 1 MiB and 128 KiB blocks, through a
@@ -19,7 +22,7 @@ import (
 // (ReadSlices, checked only after more reads have run), must be right.
 func TestRecycledBlocksStayRight(t *testing.T) {
 	const size = 16 << 20
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	type comp struct {
 		r    Reader
 		want []byte
@@ -28,19 +31,19 @@ func TestRecycledBlocksStayRight(t *testing.T) {
 	var tensors []*formats.Tensor
 	var wants [][]byte
 	for i, frame := range []int{0, 128 << 10, 1 << 20} {
-		data := smoothBytes(size, int64(i))
+		data := pipelinetest.SmoothBytes(size, int64(i))
 		var stored []byte
 		if frame == 0 {
-			stored = zstdCompress(t, data)
+			stored = zstdframetest.Compress(t, data)
 		} else {
-			stored = zstdFrames(t, data, frame, frameOpts{seekTable: true, level: zstd.SpeedFastest})
+			stored = zstdframetest.Frames(t, data, frame, zstdframetest.Opts{SeekTable: true, Level: zstd.SpeedFastest})
 		}
 		tensors = append(tensors, &formats.Tensor{Name: fmt.Sprint("t", i)})
-		tensors[i].Components = []*formats.Component{zstdComponent("data", formats.U8, b.add(stored), stored, size)}
+		tensors[i].Components = []*formats.Component{zstdComponent("data", formats.U8, b.Add(stored), stored, size)}
 		wants = append(wants, data)
 	}
 	c := cache.New(24 << 20) // its reuse budget holds a 1 MiB block
-	p := newTestPipeline(t, b.open(t), Options{Cache: c, BlockSize: 1 << 20})
+	p := newTestPipeline(t, b.Open(t), Options{Cache: c, BlockSize: 1 << 20})
 	for i, tensor := range tensors {
 		comps = append(comps, comp{p.Component(tensor, tensor.Components[0]), wants[i]})
 	}
@@ -68,7 +71,7 @@ func TestRecycledBlocksStayRight(t *testing.T) {
 				off := rng.Int63n(size - n + 1)
 				if rng.Intn(2) == 0 {
 					buf := make([]byte, n)
-					if err := readFull(x.r, buf, off); err != nil {
+					if err := stream.ReadFull(x.r, buf, off); err != nil {
 						errs <- err
 						return
 					}
@@ -108,68 +111,5 @@ func TestRecycledBlocksStayRight(t *testing.T) {
 		t.Errorf("no block reused memory (%+v): the test does not test reuse", st)
 	} else {
 		t.Logf("%d evictions, %d blocks in reused memory", st.Evictions, st.Reused)
-	}
-}
-
-// smoothBytes returns n compressible bytes.
-func smoothBytes(n int, seed int64) []byte {
-	rng := rand.New(rand.NewSource(seed))
-	out := make([]byte, n)
-	v := byte(0)
-	for i := range out {
-		if rng.Intn(8) == 0 {
-			v = byte(rng.Intn(256))
-		}
-		out[i] = v
-	}
-	return out
-}
-
-// panickingSource is a block source whose block k panics, as a decoder bug
-// would; its other blocks take memory from the cache.
-type panickingSource struct {
-	c       *cache.Cache
-	blocks  int64
-	panicAt int64
-}
-
-const panicBlock = 64 << 10
-
-func (s *panickingSource) size() (int64, error) { return s.blocks * panicBlock, nil }
-
-func (s *panickingSource) block(k int64) ([]byte, error) {
-	if k == s.panicAt {
-		panic("decoder bug")
-	}
-	b := s.c.Alloc(panicBlock)
-	for i := range b {
-		b[i] = byte(k)
-	}
-	return b, nil
-}
-
-// A decoder's panic inside ReadSlices (go-fuse answers EIO and serves on)
-// must release its pin, or no evicted block's memory is reused again.
-func TestPanicInReadSlicesReleasesPin(t *testing.T) {
-	c := cache.New(16 * panicBlock)
-	src := &panickingSource{c: c, blocks: 64, panicAt: 63}
-	r := newCached(c, panicBlock, src)
-	func() {
-		defer func() { recover() }()
-		r.ReadSlices(63*panicBlock, 1, nil)
-		t.Fatal("no panic")
-	}()
-	src.panicAt = -1
-	before := c.Stats().Reused
-	buf := make([]byte, panicBlock)
-	for pass := 0; pass < 4; pass++ {
-		for k := int64(0); k < 64; k++ {
-			if _, err := r.ReadAt(buf, k*panicBlock); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if c.Stats().Reused == before {
-		t.Error("no memory reused after a panic inside ReadSlices: its pin was never released")
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/pipeline/zstdstream"
 )
 
 // MountDecodeLimit bounds the bytes ResolveSizes decodes when a file is
@@ -276,11 +277,11 @@ func (rs *resolver) open(c *formats.Component) (io.Reader, error) {
 		return nil, fmt.Errorf("the file does not record its decoded size, and ztfs learns it only for zstd streams (encoding %q)", c.Encoding)
 	}
 	if rs.dec == nil {
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdstream.MaxWindow))
 		if err != nil {
 			return nil, fmt.Errorf("zstd: %w", err)
 		}
-		rs.dec, rs.in, rs.buf = dec, bufio.NewReaderSize(nil, storedReadSize), make([]byte, storedReadSize)
+		rs.dec, rs.in, rs.buf = dec, bufio.NewReaderSize(nil, zstdstream.StoredReadSize), make([]byte, zstdstream.StoredReadSize)
 	}
 	stored := rs.stored(c)
 	rs.in.Reset(stored)
@@ -305,7 +306,7 @@ func (rs *resolver) discard(r io.Reader, n int64) (int64, error) {
 		if rs.left <= 0 {
 			// The stream may end exactly at the bound.
 			var one [1]byte
-			if m, err := readUntilEnd(r, one[:]); err == nil && m == 0 {
+			if m, err := zstdstream.ReadUntilEnd(r, one[:]); err == nil && m == 0 {
 				return done, nil
 			}
 			return done, errBound
@@ -323,7 +324,7 @@ func (rs *resolver) discard(r io.Reader, n int64) (int64, error) {
 // read reads into b until it is full or the stream ends, charging the
 // bytes to the bound.
 func (rs *resolver) read(r io.Reader, b []byte) (int, error) {
-	n, err := readUntilEnd(r, b)
+	n, err := zstdstream.ReadUntilEnd(r, b)
 	rs.left -= int64(n)
 	if err != nil {
 		return n, fmt.Errorf("zstd: %w", err)

@@ -2,65 +2,19 @@ package pipeline
 
 import (
 	"bytes"
-	"encoding/binary"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
-
-// zstdUnsized compresses data as the zTensor reference writer does: one
-// frame without a content size, so that only decoding tells the size.
-func zstdUnsized(t testing.TB, data []byte) []byte {
-	t.Helper()
-	var out bytes.Buffer
-	enc, err := zstd.NewWriter(&out, zstd.WithEncoderCRC(false), zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The encoder records the size only when the whole input reaches it
-	// at Close.
-	if _, err := enc.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := enc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := enc.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b := out.Bytes()
-	if fh, err := zstdframe.ParseHeader(b[:min(len(b), zstdframe.MaxHeaderLen)]); err != nil || fh.HasSize {
-		t.Fatalf("frame header %x records a size (%v)", b[:6], err)
-	}
-	return b
-}
-
-// zstdSized compresses data into frames of at most frame bytes, each
-// recording its content size, with a skippable frame between each.
-func zstdSized(t testing.TB, data []byte, frame int) []byte {
-	t.Helper()
-	enc, err := zstd.NewWriter(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
-	var out []byte
-	for off := 0; off < len(data); off += frame {
-		out = enc.EncodeAll(data[off:min(off+frame, len(data))], out)
-		out = binary.LittleEndian.AppendUint32(out, 0x184D2A53) // a skippable frame
-		out = binary.LittleEndian.AppendUint32(out, 2)
-		out = append(out, 'h', 'i')
-	}
-	return out
-}
 
 // sizesFile is a source of test components and the container over it.
 type sizesFile struct {
-	b fileBuilder
+	b pipelinetest.FileBuilder
 	c formats.Container
 }
 
@@ -73,12 +27,12 @@ func (f *sizesFile) tensor(name string, comps ...*formats.Component) *formats.Te
 
 // unsized adds data compressed without a content size.
 func (f *sizesFile) unsized(t testing.TB, role string, data []byte) *formats.Component {
-	stored := zstdUnsized(t, data)
-	return zstdComponent(role, formats.U8, f.b.add(stored), stored, -1)
+	stored := zstdframetest.Unsized(t, data)
+	return zstdComponent(role, formats.U8, f.b.Add(stored), stored, -1)
 }
 
 func (f *sizesFile) resolve(limit int64) error {
-	b := f.b.buf.Bytes()
+	b := f.b.Bytes()
 	return ResolveSizes([]File{bytes.NewReader(b)}, &f.c, limit)
 }
 
@@ -86,7 +40,7 @@ func (f *sizesFile) resolve(limit int64) error {
 // stream decodes to.
 func (f *sizesFile) checkSizes(t *testing.T) {
 	t.Helper()
-	b := f.b.buf.Bytes()
+	b := f.b.Bytes()
 	for _, x := range f.c.Tensors {
 		for _, c := range x.Components {
 			stored := b[c.Offset : c.Offset+c.Length]
@@ -108,15 +62,15 @@ func (f *sizesFile) checkSizes(t *testing.T) {
 // Sizes the stored bytes state cost no decoding: a bound of zero is enough.
 func TestResolveSizesWithoutDecoding(t *testing.T) {
 	var f sizesFile
-	data := randomBytes(200_000, 2)
-	one, frames := zstdSized(t, data[:5000], 1<<20), zstdSized(t, data, 64<<10)
+	data := pipelinetest.RandomBytes(200_000, 2)
+	one, frames := zstdframetest.Sized(t, data[:5000], 1<<20), zstdframetest.Sized(t, data, 64<<10)
 	lz := []byte("lz4 bytes served as stored")
 	raw := []byte("raw bytes")
 	f.tensor("x",
-		zstdComponent("one", formats.U8, f.b.add(one), one, -1),
-		zstdComponent("frames", formats.U8, f.b.add(frames), frames, -1),
-		&formats.Component{Role: "lz", Offset: f.b.add(lz), Length: uint64(len(lz)), Encoding: "lz4", Size: -1},
-		&formats.Component{Role: "raw", Offset: f.b.add(raw), Length: uint64(len(raw)), Encoding: formats.Raw, Size: -1},
+		zstdComponent("one", formats.U8, f.b.Add(one), one, -1),
+		zstdComponent("frames", formats.U8, f.b.Add(frames), frames, -1),
+		&formats.Component{Role: "lz", Offset: f.b.Add(lz), Length: uint64(len(lz)), Encoding: "lz4", Size: -1},
+		&formats.Component{Role: "raw", Offset: f.b.Add(raw), Length: uint64(len(raw)), Encoding: formats.Raw, Size: -1},
 	)
 	if err := f.resolve(0); err != nil {
 		t.Fatal(err)
@@ -127,7 +81,7 @@ func TestResolveSizesWithoutDecoding(t *testing.T) {
 // A stream nothing else sizes is decoded once, within the bound; the bound
 // may be met exactly, and passing it names the tensor and component.
 func TestResolveSizesMeasures(t *testing.T) {
-	data := randomBytes(100_000, 3)
+	data := pipelinetest.RandomBytes(100_000, 3)
 	for _, tt := range []struct {
 		limit int64
 		err   string
@@ -155,8 +109,8 @@ func TestResolveSizesMeasures(t *testing.T) {
 // The bound covers everything decoded at open, not each stream alone.
 func TestResolveSizesBoundIsShared(t *testing.T) {
 	var f sizesFile
-	f.tensor("a", f.unsized(t, "data", randomBytes(60_000, 4)))
-	f.tensor("b", f.unsized(t, "data", randomBytes(60_000, 5)))
+	f.tensor("a", f.unsized(t, "data", pipelinetest.RandomBytes(60_000, 4)))
+	f.tensor("b", f.unsized(t, "data", pipelinetest.RandomBytes(60_000, 5)))
 	err := f.resolve(100_000)
 	if err == nil || !strings.HasPrefix(err.Error(), `tensor "b": component "data": the file does not record its decoded size`) {
 		t.Fatalf("error %v", err)
@@ -168,7 +122,7 @@ func TestResolveSizesBoundIsShared(t *testing.T) {
 // entry.
 func csrFile(t *testing.T, indptrType formats.DType, indptr []byte) *sizesFile {
 	f := &sizesFile{}
-	values, indices := randomBytes(4*5000, 6), randomBytes(8*5000, 7)
+	values, indices := pipelinetest.RandomBytes(4*5000, 6), pipelinetest.RandomBytes(8*5000, 7)
 	ip := f.unsized(t, "indptr", indptr)
 	ip.Size, ip.MaxSize = int64(len(indptr)), 0 // as the reader gives it, from the rows
 	x := f.tensor("csr", f.unsized(t, "indices", indices), ip, f.unsized(t, "values", values))
@@ -224,7 +178,7 @@ func TestResolveSizesBadIndptr(t *testing.T) {
 // decoded and gives the others.
 func TestResolveSizesMeasuresOneOfALink(t *testing.T) {
 	var f sizesFile
-	values, coords := randomBytes(4*3000, 8), randomBytes(3*8*3000, 9)
+	values, coords := pipelinetest.RandomBytes(4*3000, 8), pipelinetest.RandomBytes(3*8*3000, 9)
 	x := f.tensor("coo", f.unsized(t, "coords", coords), f.unsized(t, "values", values))
 	x.SizeLinks = []formats.SizeLink{{Terms: []formats.Count{{Role: "values", Per: 4}, {Role: "coords", Per: 24}}}}
 	if err := f.resolve(int64(len(values))); err != nil {
@@ -234,8 +188,8 @@ func TestResolveSizesMeasuresOneOfALink(t *testing.T) {
 }
 
 func TestResolveSizesErrors(t *testing.T) {
-	data := randomBytes(10_000, 10)
-	stored := zstdUnsized(t, data)
+	data := pipelinetest.RandomBytes(10_000, 10)
+	stored := zstdframetest.Unsized(t, data)
 	cut := stored[:len(stored)/2]
 	for _, tt := range []struct {
 		name string
@@ -243,18 +197,18 @@ func TestResolveSizesErrors(t *testing.T) {
 		err  string
 	}{
 		{"over the component's limit", func(f *sizesFile) *formats.Component {
-			c := zstdComponent("c", formats.U8, f.b.add(stored), stored, -1)
+			c := zstdComponent("c", formats.U8, f.b.Add(stored), stored, -1)
 			c.MaxSize = 9999
 			return c
 		}, `tensor "x": component "c": zstd stream decodes to more than 9999 bytes, the limit for this component`},
 		{"cut off", func(f *sizesFile) *formats.Component {
-			return zstdComponent("c", formats.U8, f.b.add(cut), cut, -1)
+			return zstdComponent("c", formats.U8, f.b.Add(cut), cut, -1)
 		}, `tensor "x": component "c": the file does not record its decoded size, and the stream that would tell it does not decode: zstd: `},
 		{"outside the source", func(f *sizesFile) *formats.Component {
-			return zstdComponent("c", formats.U8, f.b.add(nil)+64, stored, -1)
+			return zstdComponent("c", formats.U8, f.b.Add(nil)+64, stored, -1)
 		}, `tensor "x": component "c": stored bytes [`},
 		{"codecs that do not say", func(f *sizesFile) *formats.Component {
-			c := zstdComponent("c", formats.U8, f.b.add(stored), stored, -1)
+			c := zstdComponent("c", formats.U8, f.b.Add(stored), stored, -1)
 			c.Codecs = []formats.Codec{formats.Unshuffle{ElementSize: 4}}
 			return c
 		}, `tensor "x": component "c": the file does not record its decoded size, and ztfs learns it only for zstd streams`},
@@ -272,11 +226,11 @@ func TestResolveSizesErrors(t *testing.T) {
 // A size learnt at open is held against the stream when it is read, as a
 // declared one is; a stream declared empty is decoded to check that it is.
 func TestDeclaredEmptyStreamIsChecked(t *testing.T) {
-	var b fileBuilder
-	full := zstdUnsized(t, []byte("these bytes are not nothing"))
+	var b pipelinetest.FileBuilder
+	full := zstdframetest.Unsized(t, []byte("these bytes are not nothing"))
 	empty := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00, 0x01, 0x00, 0x00} // one empty raw block
-	fullAt, emptyAt := b.add(full), b.add(empty)
-	p := newTestPipeline(t, b.open(t), Options{})
+	fullAt, emptyAt := b.Add(full), b.Add(empty)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	x := &formats.Tensor{Name: "x"}
 	holding := zstdComponent("values", formats.U8, fullAt, full, 0)
 	holding.MaxSize = 0
@@ -289,7 +243,7 @@ func TestDeclaredEmptyStreamIsChecked(t *testing.T) {
 	if n, err := r.Size(); n != 0 || err != nil {
 		t.Errorf("an empty stream: size %d, %v", n, err)
 	}
-	if got, err := readAll(t, r, 100); len(got) != 0 || err != nil {
+	if got, err := pipelinetest.ReadAll(t, r, 100); len(got) != 0 || err != nil {
 		t.Errorf("an empty stream reads %d bytes, %v", len(got), err)
 	}
 }

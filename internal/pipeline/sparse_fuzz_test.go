@@ -8,6 +8,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
 
 // fuzzIndexTypes are the index dtypes FuzzSparse tries: narrow and wide,
@@ -122,19 +123,19 @@ func FuzzSparse(f *testing.F) {
 			values[i] = float32(i + 1)
 		}
 		vb := f32Bytes(values...)
-		var b fileBuilder
-		comps := []*formats.Component{rawComponent("values", formats.F32, b.add(vb), vb)}
+		var b pipelinetest.FileBuilder
+		comps := []*formats.Component{rawComponent("values", formats.F32, b.Add(vb), vb)}
 		w := uint64(dt.Width())
 		vArr := formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true}
 		count := formats.Count{Role: "values", Per: 4}
 		var logical formats.Logical
 		if csr {
-			comps = append(comps, rawComponent("indices", dt, b.add(idx), idx), rawComponent("indptr", dt, b.add(ptr), ptr))
+			comps = append(comps, rawComponent("indices", dt, b.Add(idx), idx), rawComponent("indptr", dt, b.Add(ptr), ptr))
 			logical = formats.SparseCSR{Values: vArr, NNZ: count,
 				Indices: formats.Array{Role: "indices", DType: dt, Stride: w, Exact: true},
 				Indptr:  formats.Array{Role: "indptr", DType: dt, Stride: w, Exact: true}}
 		} else {
-			comps = append(comps, rawComponent("coords", dt, b.add(idx), idx))
+			comps = append(comps, rawComponent("coords", dt, b.Add(idx), idx))
 			coords := make([]formats.Array, len(shape))
 			for d := range coords {
 				coords[d] = formats.Array{Role: "coords", DType: dt, Offset: formats.Affine{PerNNZ: uint64(d) * w}, Stride: w, Exact: d == len(shape)-1}
@@ -143,12 +144,12 @@ func FuzzSparse(f *testing.F) {
 		}
 		tensor := &formats.Tensor{Name: "s", Shape: shape, DType: formats.F32, Components: comps, Logical: logical}
 		blockSize := 16 * (1 + int64(blockSel%8))
-		p := newTestPipeline(t, b.open(t), Options{BlockSize: blockSize, Cache: cache.New(4 * blockSize)})
+		p := newTestPipeline(t, b.Open(t), Options{BlockSize: blockSize, Cache: cache.New(4 * blockSize)})
 		r, err := p.NPY(tensor)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := readAll(t, r, int(blockSel)+1)
+		got, err := pipelinetest.ReadAll(t, r, int(blockSel)+1)
 		want := sparseReference(shape, csr, dt, idx, ptr, nnz)
 		switch {
 		case want == nil && err == nil:

@@ -13,6 +13,8 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
 
 // entry is one stored value of a sparse test tensor.
@@ -78,7 +80,7 @@ func denseNPYOf(t *testing.T, p *Pipeline, tensor *formats.Tensor, step int) []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, err := readAll(t, r, step)
+	whole, err := pipelinetest.ReadAll(t, r, step)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +107,10 @@ func TestSparseCSR(t *testing.T) {
 			for i, e := range entries {
 				idx[i] = e.col
 			}
-			var b fileBuilder
+			var b pipelinetest.FileBuilder
 			values, indices, ptr := valuesOf(entries), u64Bytes(idx...), u64Bytes(indptr...)
-			vOff, iOff, pOff := b.add(values), b.add(indices), b.add(ptr)
-			p := newTestPipeline(t, b.open(t), Options{BlockSize: tc.blockSize, Cache: cache.New(16 * tc.blockSize)})
+			vOff, iOff, pOff := b.Add(values), b.Add(indices), b.Add(ptr)
+			p := newTestPipeline(t, b.Open(t), Options{BlockSize: tc.blockSize, Cache: cache.New(16 * tc.blockSize)})
 			tensor := &formats.Tensor{Name: "csr", Shape: []uint64{tc.rows, tc.cols}, DType: formats.F32, Layout: "sparse_csr",
 				Components: []*formats.Component{
 					rawComponent("values", formats.F32, vOff, values),
@@ -143,7 +145,7 @@ func TestSparseCOO(t *testing.T) {
 							return entries[i].row*cols+entries[i].col < entries[j].row*cols+entries[j].col
 						})
 					}
-					var b fileBuilder
+					var b pipelinetest.FileBuilder
 					tensor := &formats.Tensor{Name: "coo", Shape: []uint64{rows, cols}, DType: formats.F32, Layout: "sparse_coo"}
 					if aos {
 						// v0.1: records of (row u64, col u64, value f32).
@@ -152,7 +154,7 @@ func TestSparseCOO(t *testing.T) {
 							blob = append(blob, u64Bytes(e.row, e.col)...)
 							blob = append(blob, f32Bytes(e.val)...)
 						}
-						c := rawComponent("data", formats.U8, b.add(blob), blob)
+						c := rawComponent("data", formats.U8, b.Add(blob), blob)
 						tensor.Components = []*formats.Component{c}
 						tensor.Logical = formats.SparseCOO{
 							Values: formats.Array{Role: "data", DType: formats.F32, Offset: formats.Affine{Base: 16}, Stride: 20},
@@ -169,8 +171,8 @@ func TestSparseCOO(t *testing.T) {
 						}
 						values, cb := valuesOf(entries), u64Bytes(coords...)
 						tensor.Components = []*formats.Component{
-							rawComponent("values", formats.F32, b.add(values), values),
-							rawComponent("coords", formats.U64, b.add(cb), cb),
+							rawComponent("values", formats.F32, b.Add(values), values),
+							rawComponent("coords", formats.U64, b.Add(cb), cb),
 						}
 						tensor.Logical = formats.SparseCOO{
 							Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
@@ -181,7 +183,7 @@ func TestSparseCOO(t *testing.T) {
 							NNZ: formats.Count{Role: "values", Per: 4},
 						}
 					}
-					p := newTestPipeline(t, b.open(t), Options{BlockSize: 256, Cache: cache.New(cacheSize)})
+					p := newTestPipeline(t, b.Open(t), Options{BlockSize: 256, Cache: cache.New(cacheSize)})
 					if got := denseNPYOf(t, p, tensor, 999); !bytes.Equal(got, denseReference(rows, cols, entries)) {
 						t.Fatal("densified COO differs")
 					}
@@ -195,9 +197,9 @@ func TestSparseCOO(t *testing.T) {
 func TestSparseCSRPackedBlob(t *testing.T) {
 	blob := append(u64Bytes(0, 2, 3), u64Bytes(0, 2, 2)...)
 	blob = append(blob, f32Bytes(1, 2, 3)...)
-	var b fileBuilder
-	c := rawComponent("data", formats.U8, b.add(blob), blob)
-	p := newTestPipeline(t, b.open(t), Options{})
+	var b pipelinetest.FileBuilder
+	c := rawComponent("data", formats.U8, b.Add(blob), blob)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	tensor := &formats.Tensor{Name: "csr", Shape: []uint64{2, 3}, DType: formats.F32, Components: []*formats.Component{c},
 		Logical: formats.SparseCSR{
 			Indptr:  formats.Array{Role: "data", DType: formats.U64, Stride: 8},
@@ -233,11 +235,11 @@ func TestSparseDuplicateSums(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.dt), func(t *testing.T) {
-			var b fileBuilder
+			var b pipelinetest.FileBuilder
 			coords := u64Bytes(0, 0, 0, 0)
-			vc := rawComponent("values", tc.dt, b.add(tc.values), tc.values)
-			cc := rawComponent("coords", formats.U64, b.add(coords), coords)
-			p := newTestPipeline(t, b.open(t), Options{})
+			vc := rawComponent("values", tc.dt, b.Add(tc.values), tc.values)
+			cc := rawComponent("coords", formats.U64, b.Add(coords), coords)
+			p := newTestPipeline(t, b.Open(t), Options{})
 			w := uint64(tc.dt.Width())
 			tensor := &formats.Tensor{Name: "dup", Shape: []uint64{1, 2}, DType: tc.dt, Components: []*formats.Component{vc, cc},
 				Logical: formats.SparseCOO{
@@ -249,7 +251,7 @@ func TestSparseDuplicateSums(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := npyData(t, mustReadAll(t, r), tc.descr, []uint64{1, 2})
+			got := npyData(t, pipelinetest.MustReadAll(t, r), tc.descr, []uint64{1, 2})
 			if !bytes.Equal(got, tc.want) {
 				t.Fatalf("got %x, want %x", got, tc.want)
 			}
@@ -258,8 +260,8 @@ func TestSparseDuplicateSums(t *testing.T) {
 }
 
 func TestSparseInvalidStructures(t *testing.T) {
-	csr := func(indptr, indices []uint64, idxType formats.DType, idxBytes []byte) (*formats.Tensor, *fileBuilder) {
-		var b fileBuilder
+	csr := func(indptr, indices []uint64, idxType formats.DType, idxBytes []byte) (*formats.Tensor, *pipelinetest.FileBuilder) {
+		var b pipelinetest.FileBuilder
 		values := f32Bytes(make([]float32, len(indices))...)
 		if idxBytes == nil {
 			idxBytes = u64Bytes(indices...)
@@ -267,9 +269,9 @@ func TestSparseInvalidStructures(t *testing.T) {
 		ptr := u64Bytes(indptr...)
 		w := uint64(idxType.Width())
 		return &formats.Tensor{Name: "bad", Shape: []uint64{2, 3}, DType: formats.F32, Components: []*formats.Component{
-			rawComponent("values", formats.F32, b.add(values), values),
-			rawComponent("indices", idxType, b.add(idxBytes), idxBytes),
-			rawComponent("indptr", formats.U64, b.add(ptr), ptr),
+			rawComponent("values", formats.F32, b.Add(values), values),
+			rawComponent("indices", idxType, b.Add(idxBytes), idxBytes),
+			rawComponent("indptr", formats.U64, b.Add(ptr), ptr),
 		}, Logical: formats.SparseCSR{
 			Values:  formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
 			Indices: formats.Array{Role: "indices", DType: idxType, Stride: w, Exact: true},
@@ -280,14 +282,14 @@ func TestSparseInvalidStructures(t *testing.T) {
 	tests := []struct {
 		name    string
 		tensor  *formats.Tensor
-		b       *fileBuilder
+		b       *pipelinetest.FileBuilder
 		wantErr string
 	}{}
-	add := func(name, wantErr string, tensor *formats.Tensor, b *fileBuilder) {
+	add := func(name, wantErr string, tensor *formats.Tensor, b *pipelinetest.FileBuilder) {
 		tests = append(tests, struct {
 			name    string
 			tensor  *formats.Tensor
-			b       *fileBuilder
+			b       *pipelinetest.FileBuilder
 			wantErr string
 		}{name, tensor, b, wantErr})
 	}
@@ -305,12 +307,12 @@ func TestSparseInvalidStructures(t *testing.T) {
 	add("indptr too long", "entries need", tn, b)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newTestPipeline(t, tc.b.open(t), Options{})
+			p := newTestPipeline(t, tc.b.Open(t), Options{})
 			r, err := p.NPY(tc.tensor)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := readAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			if _, err := pipelinetest.ReadAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
 			}
 		})
@@ -318,11 +320,11 @@ func TestSparseInvalidStructures(t *testing.T) {
 }
 
 func TestSparseCOOOutOfRange(t *testing.T) {
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	values, coords := f32Bytes(1), u64Bytes(1, 3) // column 3 of 3
-	vc := rawComponent("values", formats.F32, b.add(values), values)
-	cc := rawComponent("coords", formats.U64, b.add(coords), coords)
-	p := newTestPipeline(t, b.open(t), Options{})
+	vc := rawComponent("values", formats.F32, b.Add(values), values)
+	cc := rawComponent("coords", formats.U64, b.Add(coords), coords)
+	p := newTestPipeline(t, b.Open(t), Options{})
 	tensor := &formats.Tensor{Name: "coo", Shape: []uint64{2, 3}, DType: formats.F32, Components: []*formats.Component{vc, cc},
 		Logical: formats.SparseCOO{
 			Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
@@ -330,7 +332,7 @@ func TestSparseCOOOutOfRange(t *testing.T) {
 			NNZ:    formats.Count{Role: "values", Per: 4},
 		}}
 	r, _ := p.NPY(tensor)
-	if _, err := readAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), "outside its size 3") {
+	if _, err := pipelinetest.ReadAll(t, r, 4096); err == nil || !strings.Contains(err.Error(), "outside its size 3") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -342,17 +344,17 @@ func TestSparseWithZstdComponents(t *testing.T) {
 	for i, e := range entries {
 		idx[i] = e.col
 	}
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	var comps []*formats.Component
 	for _, part := range []struct {
 		role string
 		dt   formats.DType
 		data []byte
 	}{{"values", formats.F32, valuesOf(entries)}, {"indices", formats.U64, u64Bytes(idx...)}, {"indptr", formats.U64, u64Bytes(indptr...)}} {
-		stored := zstdCompress(t, part.data)
-		comps = append(comps, zstdComponent(part.role, part.dt, b.add(stored), stored, -1))
+		stored := zstdframetest.Compress(t, part.data)
+		comps = append(comps, zstdComponent(part.role, part.dt, b.Add(stored), stored, -1))
 	}
-	p := newTestPipeline(t, b.open(t), Options{BlockSize: 512})
+	p := newTestPipeline(t, b.Open(t), Options{BlockSize: 512})
 	tensor := &formats.Tensor{Name: "z", Shape: []uint64{20, 30}, DType: formats.F32, Components: comps,
 		Logical: formats.SparseCSR{
 			Values:  formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
@@ -378,16 +380,16 @@ func TestSparseUnsortedCOOIsNotQuadratic(t *testing.T) {
 		coords[i], coords[nnz+i] = e.row, e.col
 	}
 	values, cb := valuesOf(entries), u64Bytes(coords...)
-	var b fileBuilder
+	var b pipelinetest.FileBuilder
 	tensor := &formats.Tensor{Name: "coo", Shape: []uint64{rows, cols}, DType: formats.F32, Layout: "sparse_coo",
-		Components: []*formats.Component{rawComponent("values", formats.F32, b.add(values), values), rawComponent("coords", formats.U64, b.add(cb), cb)},
+		Components: []*formats.Component{rawComponent("values", formats.F32, b.Add(values), values), rawComponent("coords", formats.U64, b.Add(cb), cb)},
 		Logical: formats.SparseCOO{
 			Values: formats.Array{Role: "values", DType: formats.F32, Stride: 4, Exact: true},
 			Coords: []formats.Array{{Role: "coords", DType: formats.U64, Stride: 8}, {Role: "coords", DType: formats.U64, Offset: formats.Affine{PerNNZ: 8}, Stride: 8, Exact: true}},
 			NNZ:    formats.Count{Role: "values", Per: 4},
 		}}
 	blocks := cache.New(128 << 20)
-	p := newTestPipeline(t, b.open(t), Options{BlockSize: 1 << 20, Cache: blocks})
+	p := newTestPipeline(t, b.Open(t), Options{BlockSize: 1 << 20, Cache: blocks})
 	start := time.Now()
 	got := denseNPYOf(t, p, tensor, 1<<20)
 	t.Logf("densified 64 MiB from %d unsorted entries in %v", nnz, time.Since(start))

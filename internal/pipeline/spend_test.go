@@ -9,32 +9,6 @@ import (
 	"github.com/ztfs/ztfs/internal/source"
 )
 
-func TestPassedBlocks(t *testing.T) {
-	type step struct {
-		k        int64
-		from, to int64
-	}
-	tests := []struct {
-		name  string
-		steps []step
-	}{
-		{"in order", []step{{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {4, 0, 1}, {5, 1, 2}, {6, 2, 3}}},
-		{"out of order within the lag", []step{{0, 0, 0}, {2, 0, 0}, {1, 0, 0}, {5, 0, 2}, {3, 0, 0}, {4, 0, 0}, {9, 2, 6}}},
-		{"a block read again", []step{{0, 0, 0}, {1, 0, 0}, {1, 0, 0}, {0, 0, 0}}},
-		{"a jump spends nothing", []step{{0, 0, 0}, {100, 0, 0}, {101, 0, 0}, {105, 100, 102}, {3, 0, 0}}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			var p passedBlocks
-			for _, s := range tc.steps {
-				if from, to := p.read(s.k); max(to-from, 0) != max(s.to-s.from, 0) || (to > from && from != s.from) {
-					t.Fatalf("read(%d) = [%d, %d), want [%d, %d)", s.k, from, to, s.from, s.to)
-				}
-			}
-		})
-	}
-}
-
 // A dequantized tensor.npy read once from start to end through a cache
 // far larger than it leaves few of its blocks cached and builds most of
 // them in the memory of those it went past; read at random it keeps them.

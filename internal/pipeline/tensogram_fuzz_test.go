@@ -12,6 +12,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 	"github.com/ztfs/ztfs/internal/source"
 )
 
@@ -41,14 +42,14 @@ var (
 // tgObject makes the object the fuzz input describes: sel picks the dtype,
 // shape, encoding, filter, compression, masks and codec parameters, data
 // fills the elements (repeated as needed).
-func tgObject(sel []byte, data []byte) tensogram.Object {
+func tgObject(sel []byte, data []byte) tensogramwrite.Object {
 	at := func(i int) int {
 		if i < len(sel) {
 			return int(sel[i])
 		}
 		return 0
 	}
-	o := tensogram.Object{DType: tgDTypes[at(0)%len(tgDTypes)]}
+	o := tensogramwrite.Object{DType: tgDTypes[at(0)%len(tgDTypes)]}
 	n := 1 + at(1)%97
 	if at(2)%3 == 1 {
 		o.Shape = []uint64{uint64(n)}
@@ -86,7 +87,7 @@ func tgObject(sel []byte, data []byte) tensogram.Object {
 	if o.Compression == "szip" {
 		o.SzipBlockOffsets = at(8)&1 != 0
 		if at(8)&2 != 0 {
-			o.Szip = &tensogram.SzipParams{RSI: 1 + at(9)%128, BlockSize: []int{8, 16, 32, 64}[at(10)%4], Flags: at(11) % 64}
+			o.Szip = &tensogramwrite.SzipParams{RSI: 1 + at(9)%128, BlockSize: []int{8, 16, 32, 64}[at(10)%4], Flags: at(11) % 64}
 		}
 	}
 	if o.Compression == "zstd" {
@@ -135,7 +136,7 @@ func FuzzTensogramChain(f *testing.F) {
 			return
 		}
 		o := tgObject(sel, data)
-		msg, err := tensogram.EncodeMessage(tensogram.Message{Objects: []tensogram.Object{o}, Hash: flags&1 != 0})
+		msg, err := tensogramwrite.EncodeMessage(tensogramwrite.Message{Objects: []tensogramwrite.Object{o}, Hash: flags&1 != 0})
 		if err != nil {
 			return // a chain the writer refuses
 		}
@@ -201,7 +202,7 @@ func FuzzTensogramChain(f *testing.F) {
 
 // littleEndian is the object's data as the pipeline serves it: each
 // element (each part of a complex one) little-endian.
-func littleEndian(o tensogram.Object) []byte {
+func littleEndian(o tensogramwrite.Object) []byte {
 	unit := map[string]int{"float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2, "float32": 4, "int32": 4, "uint32": 4,
 		"complex64": 4, "float64": 8, "int64": 8, "uint64": 8, "complex128": 8}[o.DType]
 	if !o.BigEndian || unit < 2 {

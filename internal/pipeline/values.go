@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/pipeline/stream"
 )
 
 // NPYData returns the array data of t's tensor.npy: the reader NPY returns,
@@ -89,7 +90,7 @@ type window struct {
 func (w *window) Size() (int64, error) { return w.size, nil }
 
 func (w *window) ReadAt(p []byte, off int64) (int, error) {
-	n, eof := clamp(p, off, w.size)
+	n, eof := stream.Clamp(p, off, w.size)
 	if n == 0 {
 		return 0, eof
 	}

@@ -8,19 +8,21 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
+	"github.com/ztfs/ztfs/internal/pipeline/pipelinetest"
 )
 
 // NPYData is tensor.npy without its header, DenseData the dense elements
 // as stored; both read through the readers tensor.npy uses, so a block is
 // decoded once for all of them.
 func TestNPYDataAndDenseData(t *testing.T) {
-	var b fileBuilder
-	bf := randomBytes(3*40000*2, 5)
-	zoff := b.add(zstdCompress(t, bf))
-	stored := zstdCompress(t, bf)
+	var b pipelinetest.FileBuilder
+	bf := pipelinetest.RandomBytes(3*40000*2, 5)
+	zoff := b.Add(zstdframetest.Compress(t, bf))
+	stored := zstdframetest.Compress(t, bf)
 	raw := f32Bytes(1, 2, 3, 4, 5, 6)
-	roff := b.add(raw)
-	src := b.open(t)
+	roff := b.Add(raw)
+	src := b.Open(t)
 	guard(t, src)
 	c := cache.New(64 << 20)
 	p := newTestPipeline(t, src, Options{Cache: c})
@@ -36,7 +38,7 @@ func TestNPYDataAndDenseData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mustReadAll(t, dense); !bytes.Equal(got, bf) {
+	if got := pipelinetest.MustReadAll(t, dense); !bytes.Equal(got, bf) {
 		t.Fatal("DenseData differs from the stored bf16 elements")
 	}
 	if size, err := DenseDataSize(zt); err != nil || size != uint64(len(bf)) {
@@ -50,7 +52,7 @@ func TestNPYDataAndDenseData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mustReadAll(t, data)
+	got := pipelinetest.MustReadAll(t, data)
 	if c.Stats().Misses != misses {
 		t.Errorf("tensor.npy decoded %d blocks DenseData had decoded", c.Stats().Misses-misses)
 	}
@@ -60,11 +62,11 @@ func TestNPYDataAndDenseData(t *testing.T) {
 		}
 	}
 	n, _ := p.NPY(zt)
-	whole := mustReadAll(t, n)
+	whole := pipelinetest.MustReadAll(t, n)
 	if !bytes.Equal(whole[len(whole)-len(got):], got) {
 		t.Fatal("NPYData is not tensor.npy's data")
 	}
-	checkRandomReads(t, data, got, 7)
+	pipelinetest.CheckRandomReads(t, data, got, 7)
 	s, release, err := data.(Slicer).ReadSlices(1000, 300000, nil)
 	if err != nil || !bytes.Equal(bytes.Join(s, nil), got[1000:301000]) {
 		t.Fatalf("ReadSlices: %v", err)
@@ -79,7 +81,7 @@ func TestNPYDataAndDenseData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mustReadAll(t, rd); !bytes.Equal(got, raw) {
+	if got := pipelinetest.MustReadAll(t, rd); !bytes.Equal(got, raw) {
 		t.Fatalf("raw NPYData = %x", got)
 	}
 	span, ok := rd.(FileSpanner).FileSpan(4, 8)
@@ -100,9 +102,9 @@ func TestNPYDataAndDenseData(t *testing.T) {
 }
 
 func TestDenseDataRefusals(t *testing.T) {
-	var b fileBuilder
-	off := b.add([]byte{0, 1, 2, 1})
-	p := newTestPipeline(t, b.open(t), Options{})
+	var b pipelinetest.FileBuilder
+	off := b.Add([]byte{0, 1, 2, 1})
+	p := newTestPipeline(t, b.Open(t), Options{})
 	c := rawComponent("data", formats.U8, off, []byte{0, 1, 2, 1})
 	tensor := func(shape []uint64, l formats.Logical) *formats.Tensor {
 		return &formats.Tensor{Name: "x", Shape: shape, DType: formats.Bool, Layout: "dense", Components: []*formats.Component{c}, Logical: l}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 func randBytes(r *rand.Rand, n int) []byte {
@@ -39,7 +39,7 @@ func writeV1Zstd(t testing.TB, dir string) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := ztensor.NewWriter(f)
+	w := ztensorwrite.NewWriter(f)
 	objects := []struct {
 		name   string
 		shape  []uint64
@@ -54,9 +54,9 @@ func writeV1Zstd(t testing.TB, dir string) string {
 		{"model.layers.0.ln.weight", []uint64{7}, "f16", randBytes(r, 14), false},
 	}
 	for _, o := range objects {
-		spec := ztensor.ComponentSpec{Role: "data", DType: o.dtype, Data: bytes.NewReader(o.data),
+		spec := ztensorwrite.ComponentSpec{Role: "data", DType: o.dtype, Data: bytes.NewReader(o.data),
 			Zstd: o.dtype != "f16", ZstdSingleFrame: o.single, ZstdFrameSize: 64 << 10}
-		if err := w.WriteObject(o.name, o.shape, "dense", nil, []ztensor.ComponentSpec{spec}); err != nil {
+		if err := w.WriteObject(o.name, o.shape, "dense", nil, []ztensorwrite.ComponentSpec{spec}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,15 +125,15 @@ func writeV2(t testing.TB, dir string, objects []v2Object) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w, err := ztensor.NewV2Writer(f, ztensor.V2Options{Align: 4096})
+	w, err := ztensorwrite.NewV2Writer(f, ztensorwrite.V2Options{Align: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
 	objects = slices.Clone(objects)
 	slices.SortFunc(objects, func(a, b v2Object) int { return strings.Compare(a.name, b.name) })
 	for _, o := range objects {
-		part := ztensor.V2Part{Name: "data", DType: o.dtype, Type: o.typ, Data: bytes.NewReader(o.data), Seekable: o.seekable, FrameSize: 64 << 10}
-		if err := w.WriteObject(o.name, o.shape, "dense", nil, []ztensor.V2Part{part}); err != nil {
+		part := ztensorwrite.V2Part{Name: "data", DType: o.dtype, Type: o.typ, Data: bytes.NewReader(o.data), Seekable: o.seekable, FrameSize: 64 << 10}
+		if err := w.WriteObject(o.name, o.shape, "dense", nil, []ztensorwrite.V2Part{part}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/safetensors"
+	"github.com/ztfs/ztfs/formats/safetensors/safetensorswrite"
 	"github.com/ztfs/ztfs/internal/session"
 )
 
@@ -23,13 +23,13 @@ import (
 // its own name's bytes.
 func writeSafetensors(t testing.TB, path string, names ...string) {
 	t.Helper()
-	var specs []safetensors.TensorSpec
+	var specs []safetensorswrite.TensorSpec
 	for _, n := range names {
-		specs = append(specs, safetensors.TensorSpec{Name: n, DType: formats.U8, Shape: []uint64{uint64(len(n))},
+		specs = append(specs, safetensorswrite.TensorSpec{Name: n, DType: formats.U8, Shape: []uint64{uint64(len(n))},
 			Size: uint64(len(n)), Data: strings.NewReader(n)})
 	}
 	var b bytes.Buffer
-	if err := safetensors.Write(&b, nil, specs); err != nil {
+	if err := safetensorswrite.Write(&b, nil, specs); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {

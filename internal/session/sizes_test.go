@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/fixtures"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
@@ -108,14 +108,14 @@ func TestFixtureSizes(t *testing.T) {
 	}
 }
 
-func single(role, dtype string, data []byte) ztensor.ComponentSpec {
-	c := ztensor.Component(role, dtype, data)
+func single(role, dtype string, data []byte) ztensorwrite.ComponentSpec {
+	c := ztensorwrite.Component(role, dtype, data)
 	c.Zstd, c.ZstdSingleFrame = true, true
 	return c
 }
 
-func framed(role, dtype string, data []byte) ztensor.ComponentSpec {
-	c := ztensor.Component(role, dtype, data)
+func framed(role, dtype string, data []byte) ztensorwrite.ComponentSpec {
+	c := ztensorwrite.Component(role, dtype, data)
 	c.Zstd, c.ZstdFrameSize = true, 4096
 	return c
 }
@@ -131,7 +131,7 @@ func le(width int, vs ...uint64) []byte {
 }
 
 // writeZT writes a zTensor v1.1 file of the given objects.
-func writeZT(t *testing.T, write func(w *ztensor.Writer) error) string {
+func writeZT(t *testing.T, write func(w *ztensorwrite.Writer) error) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sizes.zt")
 	f, err := os.Create(path)
@@ -139,7 +139,7 @@ func writeZT(t *testing.T, write func(w *ztensor.Writer) error) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := ztensor.NewWriter(f)
+	w := ztensorwrite.NewWriter(f)
 	if err := write(w); err != nil {
 		t.Fatal(err)
 	}
@@ -154,26 +154,26 @@ func writeZT(t *testing.T, write func(w *ztensor.Writer) error) string {
 // from the layout, from frame headers, from a CSR's indptr, or measured.
 func TestWrittenSizes(t *testing.T) {
 	values := le(4, 0x3f800000, 0x40000000, 0x40400000, 0x40800000, 0x40a00000)
-	path := writeZT(t, func(w *ztensor.Writer) error {
+	path := writeZT(t, func(w *ztensorwrite.Writer) error {
 		for _, o := range []struct {
 			name   string
 			shape  []uint64
 			format string
 			attrs  map[string]any
-			comps  []ztensor.ComponentSpec
+			comps  []ztensorwrite.ComponentSpec
 		}{
-			{"csr", []uint64{4, 6}, "sparse_csr", nil, []ztensor.ComponentSpec{
+			{"csr", []uint64{4, 6}, "sparse_csr", nil, []ztensorwrite.ComponentSpec{
 				single("values", "f32", values), single("indices", "u64", le(8, 0, 3, 5, 1, 2)), single("indptr", "u64", le(8, 0, 2, 3, 3, 5))}},
-			{"coo", []uint64{3, 5}, "sparse_coo", nil, []ztensor.ComponentSpec{
+			{"coo", []uint64{3, 5}, "sparse_coo", nil, []ztensorwrite.ComponentSpec{
 				single("values", "f32", values[:12]), single("coords", "u64", le(8, 0, 1, 2, 4, 0, 3))}},
-			{"coo_framed", []uint64{3, 5}, "sparse_coo", nil, []ztensor.ComponentSpec{
+			{"coo_framed", []uint64{3, 5}, "sparse_coo", nil, []ztensorwrite.ComponentSpec{
 				framed("values", "f32", values[:12]), framed("coords", "u64", le(8, 0, 1, 2, 4, 0, 3))}},
-			{"quantized", []uint64{4, 16}, "quantized_group", map[string]any{"bits": 4, "group_size": 8}, []ztensor.ComponentSpec{
+			{"quantized", []uint64{4, 16}, "quantized_group", map[string]any{"bits": 4, "group_size": 8}, []ztensorwrite.ComponentSpec{
 				single("packed_weight", "i32", bytes.Repeat([]byte{0x21}, 32)), single("scales", "f16", bytes.Repeat([]byte{0, 0x3c}, 8)), single("zeros", "u8", make([]byte, 8))}},
-			{"gptq", []uint64{16, 8}, "quantized_group", map[string]any{"bits": 4, "group_size": 8, "orientation": "gptq"}, []ztensor.ComponentSpec{
+			{"gptq", []uint64{16, 8}, "quantized_group", map[string]any{"bits": 4, "group_size": 8, "orientation": "gptq"}, []ztensorwrite.ComponentSpec{
 				single("g_idx", "i32", le(4, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)), single("packed_weight", "i32", bytes.Repeat([]byte{0x43}, 64)),
 				single("scales", "f16", bytes.Repeat([]byte{0, 0x3c}, 16)), single("zeros", "i32", make([]byte, 8))}},
-			{"vendor", []uint64{5}, "x.vendor/2", nil, []ztensor.ComponentSpec{single("payload", "u8", []byte("opaque vendor bytes"))}},
+			{"vendor", []uint64{5}, "x.vendor/2", nil, []ztensorwrite.ComponentSpec{single("payload", "u8", []byte("opaque vendor bytes"))}},
 		} {
 			if err := w.WriteObject(o.name, o.shape, o.format, o.attrs, o.comps); err != nil {
 				return err
@@ -210,10 +210,10 @@ func TestSizeBoundExceeded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("decodes 1 GiB")
 	}
-	path := writeZT(t, func(w *ztensor.Writer) error {
-		big := ztensor.ComponentSpec{Role: "payload", DType: "u8", Zstd: true, ZstdSingleFrame: true,
+	path := writeZT(t, func(w *ztensorwrite.Writer) error {
+		big := ztensorwrite.ComponentSpec{Role: "payload", DType: "u8", Zstd: true, ZstdSingleFrame: true,
 			Data: io.LimitReader(zeros{}, pipeline.MountDecodeLimit+1)}
-		return w.WriteObject("huge", []uint64{1}, "x.vendor/2", nil, []ztensor.ComponentSpec{big})
+		return w.WriteObject("huge", []uint64{1}, "x.vendor/2", nil, []ztensorwrite.ComponentSpec{big})
 	})
 	_, err := session.Open(path, session.Options{CacheSize: 16 << 20})
 	want := path + `: tensor "huge": component "payload": the file does not record its decoded size, and measuring it would decode more than 1GiB, the most ztfs decodes when it opens a file`

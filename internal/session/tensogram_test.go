@@ -17,7 +17,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/zeebo/xxh3"
 
-	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 	"github.com/ztfs/ztfs/internal/codec/szip"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
@@ -210,7 +210,7 @@ func TestDialectOfUnhashedSPMessage(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		binary.LittleEndian.PutUint64(vals[8*i:], math.Float64bits(float64(i)))
 	}
-	b, err := tensogram.EncodeMessage(tensogram.Message{Objects: []tensogram.Object{{
+	b, err := tensogramwrite.EncodeMessage(tensogramwrite.Message{Objects: []tensogramwrite.Object{{
 		DType: "float64", Shape: []uint64{4}, Data: vals, Encoding: "simple_packing", Bits: 16}}})
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestMasksDoNotThrashOrExpand(t *testing.T) {
 		binary.LittleEndian.PutUint32(want[4*i:], w)
 	}
 	for _, method := range []string{"rle", "roaring", "zstd", "lz4", "none"} {
-		b, err := tensogram.EncodeMessage(tensogram.Message{Objects: []tensogram.Object{{
+		b, err := tensogramwrite.EncodeMessage(tensogramwrite.Message{Objects: []tensogramwrite.Object{{
 			DType: "float32", Shape: []uint64{n}, Data: data, Masks: method}}})
 		if err != nil {
 			t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/session"
 	"github.com/ztfs/ztfs/internal/testenv"
 )
@@ -58,7 +59,7 @@ func writeMany(path string, n, attrEvery int, digest bool) error {
 	}
 	defer f.Close()
 	buf := bufio.NewWriterSize(f, 1<<20)
-	w := ztensor.NewWriter(buf)
+	w := ztensorwrite.NewWriter(buf)
 	data := make([]byte, 64)
 	for i := 0; i < n; i++ {
 		for j := 0; j < 16; j++ {
@@ -70,11 +71,11 @@ func writeMany(path string, n, attrEvery int, digest bool) error {
 		if attrEvery > 0 && i%attrEvery == 0 {
 			attrs = map[string]any{"layer": uint64(layer), "module": "mlp", "scale": 0.5}
 		}
-		c := ztensor.Dense("f32", data)
+		c := ztensorwrite.Dense("f32", data)
 		if digest {
-			c.Digest = ztensor.DigestCRC32C
+			c.Digest = ztensorwrite.DigestCRC32C
 		}
-		if err := w.WriteObject(name, []uint64{4, 4}, "dense", attrs, []ztensor.ComponentSpec{c}); err != nil {
+		if err := w.WriteObject(name, []uint64{4, 4}, "dense", attrs, []ztensorwrite.ComponentSpec{c}); err != nil {
 			return err
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -45,10 +45,10 @@ func largeZstd(t *testing.T, mib int) string {
 		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(i%1000)))
 	}
 	var buf bytes.Buffer
-	w := ztensor.NewWriter(&buf)
-	spec := ztensor.Dense("f32", data)
-	spec.Zstd, spec.ZstdSingleFrame, spec.Digest = true, true, ztensor.DigestCRC32C
-	if err := w.WriteObject("big", []uint64{uint64(len(data) / 4)}, "dense", nil, []ztensor.ComponentSpec{spec}); err != nil {
+	w := ztensorwrite.NewWriter(&buf)
+	spec := ztensorwrite.Dense("f32", data)
+	spec.Zstd, spec.ZstdSingleFrame, spec.Digest = true, true, ztensorwrite.DigestCRC32C
+	if err := w.WriteObject("big", []uint64{uint64(len(data) / 4)}, "dense", nil, []ztensorwrite.ComponentSpec{spec}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(nil); err != nil {

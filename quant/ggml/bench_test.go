@@ -4,6 +4,8 @@ import (
 	"flag"
 	"math/rand"
 	"testing"
+
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // benchOutputFloats is the output size of one benchmark iteration, in
@@ -17,8 +19,8 @@ func benchOutputFloats() int { return *benchFloatsFlag / 256 * 256 }
 // BenchmarkDequantize measures the kernels in output bytes per second;
 // compare with BenchmarkCopy (same output size) for the kernel/copy ratio.
 func BenchmarkDequantize(b *testing.B) {
-	for _, typ := range []Type{Q4_0, Q8_0, Q4_K, Q6_K, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0} {
-		info := infos[typ]
+	for _, typ := range []ggmltype.Type{ggmltype.Q4_0, ggmltype.Q8_0, ggmltype.Q4_K, ggmltype.Q6_K, ggmltype.Q4_1, ggmltype.Q5_0, ggmltype.Q5_1, ggmltype.Q2_K, ggmltype.Q3_K, ggmltype.Q5_K, ggmltype.TQ1_0, ggmltype.TQ2_0, ggmltype.MXFP4, ggmltype.NVFP4, ggmltype.Q1_0, ggmltype.Q2_0} {
+		info := infoOf(typ)
 		b.Run(info.Name, func(b *testing.B) {
 			nblocks := benchOutputFloats() / info.BlockSize
 			src := randomBlocks(rand.New(rand.NewSource(1)), typ, nblocks, true)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // fixture is one record of testdata/listing.json (made by
@@ -80,12 +82,12 @@ func readNPYFloat32(path string) ([]float32, error) {
 // shared GGUF fixtures and compares it bit for bit with the expected values
 // (gguf-py's dequantization, cross-checked with ggml's C).
 func TestFixtures(t *testing.T) {
-	seen := map[Type]bool{}
+	seen := map[ggmltype.Type]bool{}
 	files := map[string][]byte{}
 	for _, f := range loadFixtures(t) {
 		t.Run(f.File+"/"+f.Name, func(t *testing.T) {
-			typ := Type(f.TypeID)
-			info, err := Lookup(typ)
+			typ := ggmltype.Type(f.TypeID)
+			info, err := ggmltype.Lookup(typ)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,9 +136,9 @@ func TestFixtures(t *testing.T) {
 			seen[typ] = true
 		})
 	}
-	for _, typ := range []Type{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ1_0, TQ2_0, MXFP4, NVFP4} {
+	for _, typ := range []ggmltype.Type{ggmltype.Q4_0, ggmltype.Q4_1, ggmltype.Q5_0, ggmltype.Q5_1, ggmltype.Q8_0, ggmltype.Q2_K, ggmltype.Q3_K, ggmltype.Q4_K, ggmltype.Q5_K, ggmltype.Q6_K, ggmltype.TQ1_0, ggmltype.TQ2_0, ggmltype.MXFP4, ggmltype.NVFP4} {
 		if !seen[typ] {
-			t.Errorf("no fixture checked type %s", infos[typ].Name)
+			t.Errorf("no fixture checked type %s", infoOf(typ).Name)
 		}
 	}
 }

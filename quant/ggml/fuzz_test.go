@@ -5,12 +5,14 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 var (
-	legacyTypes  = []Type{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q1_0, Q2_0}
-	kquantTypes  = []Type{Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
-	fp4TernTypes = []Type{TQ1_0, TQ2_0, MXFP4, NVFP4}
+	legacyTypes  = []ggmltype.Type{ggmltype.Q4_0, ggmltype.Q4_1, ggmltype.Q5_0, ggmltype.Q5_1, ggmltype.Q8_0, ggmltype.Q1_0, ggmltype.Q2_0}
+	kquantTypes  = []ggmltype.Type{ggmltype.Q2_K, ggmltype.Q3_K, ggmltype.Q4_K, ggmltype.Q5_K, ggmltype.Q6_K}
+	fp4TernTypes = []ggmltype.Type{ggmltype.TQ1_0, ggmltype.TQ2_0, ggmltype.MXFP4, ggmltype.NVFP4}
 )
 
 // sameFloat is bit equality, except that any two NaNs are equal.
@@ -23,9 +25,9 @@ func sameFloat(a, b float32) bool {
 
 // checkAgainstReference dequantizes the whole blocks of data with the
 // kernel and with the literal reference and reports the first difference.
-func checkAgainstReference(t *testing.T, typ Type, data []byte) {
+func checkAgainstReference(t *testing.T, typ ggmltype.Type, data []byte) {
 	t.Helper()
-	info := infos[typ]
+	info := infoOf(typ)
 	data = data[:len(data)/info.TypeSize*info.TypeSize]
 	got := make([]float32, len(data)/info.TypeSize*info.BlockSize)
 	if err := Dequantize(typ, got, data); err != nil {
@@ -43,10 +45,10 @@ func checkAgainstReference(t *testing.T, typ Type, data []byte) {
 // fuzzFamily feeds the corpus a few random blocks of each type (with both
 // arbitrary and moderate f16 scales) and checks kernel == reference on
 // whatever the fuzzer makes of them.
-func fuzzFamily(f *testing.F, types []Type) {
+func fuzzFamily(f *testing.F, types []ggmltype.Type) {
 	rng := rand.New(rand.NewSource(1))
 	for k, typ := range types {
-		info := infos[typ]
+		info := infoOf(typ)
 		for n := 0; n < 3; n++ {
 			blk := make([]byte, info.TypeSize*(1+n))
 			rng.Read(blk)
@@ -66,8 +68,8 @@ func FuzzFP4Ternary(f *testing.F) { fuzzFamily(f, fp4TernTypes) }
 // randomBlocks returns n random blocks of typ; with moderate set, every f16
 // scale field holds a finite value (including subnormals and zeros) so the
 // values themselves are compared, not NaNs.
-func randomBlocks(rng *rand.Rand, typ Type, n int, moderate bool) []byte {
-	info := infos[typ]
+func randomBlocks(rng *rand.Rand, typ ggmltype.Type, n int, moderate bool) []byte {
+	info := infoOf(typ)
 	data := make([]byte, n*info.TypeSize)
 	rng.Read(data)
 	if !moderate {
@@ -75,19 +77,19 @@ func randomBlocks(rng *rand.Rand, typ Type, n int, moderate bool) []byte {
 	}
 	var fields []int
 	switch typ {
-	case Q4_0, Q5_0, Q8_0, Q1_0, Q2_0:
+	case ggmltype.Q4_0, ggmltype.Q5_0, ggmltype.Q8_0, ggmltype.Q1_0, ggmltype.Q2_0:
 		fields = []int{0}
-	case Q4_1, Q5_1, Q4_K, Q5_K:
+	case ggmltype.Q4_1, ggmltype.Q5_1, ggmltype.Q4_K, ggmltype.Q5_K:
 		fields = []int{0, 2}
-	case Q2_K:
+	case ggmltype.Q2_K:
 		fields = []int{80, 82}
-	case Q3_K:
+	case ggmltype.Q3_K:
 		fields = []int{108}
-	case Q6_K:
+	case ggmltype.Q6_K:
 		fields = []int{208}
-	case TQ1_0:
+	case ggmltype.TQ1_0:
 		fields = []int{52}
-	case TQ2_0:
+	case ggmltype.TQ2_0:
 		fields = []int{64}
 	}
 	for b := 0; b < n; b++ {
@@ -107,9 +109,9 @@ func randomBlocks(rng *rand.Rand, typ Type, n int, moderate bool) []byte {
 // fixture: this is their only check).
 func TestKernelsMatchReference(t *testing.T) {
 	rng := rand.New(rand.NewSource(20261125))
-	for _, types := range [][]Type{legacyTypes, kquantTypes, fp4TernTypes} {
+	for _, types := range [][]ggmltype.Type{legacyTypes, kquantTypes, fp4TernTypes} {
 		for _, typ := range types {
-			t.Run(infos[typ].Name, func(t *testing.T) {
+			t.Run(infoOf(typ).Name, func(t *testing.T) {
 				checkAgainstReference(t, typ, randomBlocks(rng, typ, 300, true))
 				checkAgainstReference(t, typ, randomBlocks(rng, typ, 100, false))
 			})
@@ -138,9 +140,9 @@ func TestFP4Scales(t *testing.T) {
 // TestInfoSizes checks the table's block sizes against the block layouts
 // the kernels read (the array conversions in the kernels panic otherwise).
 func TestInfoSizes(t *testing.T) {
-	for _, types := range [][]Type{legacyTypes, kquantTypes, fp4TernTypes} {
+	for _, types := range [][]ggmltype.Type{legacyTypes, kquantTypes, fp4TernTypes} {
 		for _, typ := range types {
-			info := infos[typ]
+			info := infoOf(typ)
 			dst := make([]float32, info.BlockSize)
 			blockKernel(typ)(dst, make([]byte, info.TypeSize))
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/ztfs/ztfs/quant"
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // The i-quants ("importance" quants) replace the k-quants' arithmetic codes
@@ -15,28 +16,19 @@ import (
 // computing it in float32 in any order gives ggml's values bit for bit.
 
 // iqKernel returns the kernel of an i-quant type, or nil for any other.
-func iqKernel(t Type) kernel {
-	switch t {
-	case IQ2_XXS:
-		return dequantIQ2XXS
-	case IQ2_XS:
-		return dequantIQ2XS
-	case IQ2_S:
-		return dequantIQ2S
-	case IQ3_XXS:
-		return dequantIQ3XXS
-	case IQ3_S:
-		return dequantIQ3S
-	case IQ1_S:
-		return dequantIQ1S
-	case IQ1_M:
-		return dequantIQ1M
-	case IQ4_NL:
-		return dequantIQ4NL
-	case IQ4_XS:
-		return dequantIQ4XS
-	}
-	return nil
+func iqKernel(t ggmltype.Type) kernel { return iqKernels[t] }
+
+// iqKernels are the kernels of the i-quant types.
+var iqKernels = map[ggmltype.Type]kernel{
+	ggmltype.IQ2_XXS: dequantIQ2XXS,
+	ggmltype.IQ2_XS:  dequantIQ2XS,
+	ggmltype.IQ2_S:   dequantIQ2S,
+	ggmltype.IQ3_XXS: dequantIQ3XXS,
+	ggmltype.IQ3_S:   dequantIQ3S,
+	ggmltype.IQ1_S:   dequantIQ1S,
+	ggmltype.IQ1_M:   dequantIQ1M,
+	ggmltype.IQ4_NL:  dequantIQ4NL,
+	ggmltype.IQ4_XS:  dequantIQ4XS,
 }
 
 // iqSigned8 writes db×grid[j] for the eight bytes of a grid entry, negated

@@ -12,18 +12,20 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // iqTypes are the types iqKernel handles.
-var iqTypes = []Type{IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, IQ4_NL, IQ4_XS}
+var iqTypes = []ggmltype.Type{ggmltype.IQ2_XXS, ggmltype.IQ2_XS, ggmltype.IQ2_S, ggmltype.IQ3_XXS, ggmltype.IQ3_S, ggmltype.IQ1_S, ggmltype.IQ1_M, ggmltype.IQ4_NL, ggmltype.IQ4_XS}
 
 func TestIQKernelTypes(t *testing.T) {
 	for _, typ := range iqTypes {
 		if iqKernel(typ) == nil {
-			t.Errorf("%s: no kernel", infos[typ].Name)
+			t.Errorf("%s: no kernel", infoOf(typ).Name)
 		}
 	}
-	for typ := Type(0); typ < 64; typ++ {
+	for typ := ggmltype.Type(0); typ < 64; typ++ {
 		isIQ := false
 		for _, q := range iqTypes {
 			isIQ = isIQ || q == typ
@@ -41,13 +43,13 @@ type iqFixtures struct {
 		File    string `json:"file"`
 		SHA256  string `json:"sha256"`
 		Tensors []struct {
-			Name      string `json:"name"`
-			TypeID    Type   `json:"ggml_type_id"`
-			Ne        []int  `json:"ne"`
-			AbsOffset int    `json:"abs_offset"`
-			NBytes    int    `json:"nbytes"`
-			SHA256    string `json:"sha256"`
-			Npy       string `json:"npy"`
+			Name      string        `json:"name"`
+			TypeID    ggmltype.Type `json:"ggml_type_id"`
+			Ne        []int         `json:"ne"`
+			AbsOffset int           `json:"abs_offset"`
+			NBytes    int           `json:"nbytes"`
+			SHA256    string        `json:"sha256"`
+			Npy       string        `json:"npy"`
 		} `json:"tensors"`
 	} `json:"files"`
 }
@@ -97,7 +99,7 @@ func TestIQFixtures(t *testing.T) {
 	if err := json.Unmarshal(js, &fx); err != nil {
 		t.Fatal(err)
 	}
-	seen := map[Type]int{}
+	seen := map[ggmltype.Type]int{}
 	for _, f := range fx.Files {
 		file, err := os.ReadFile(filepath.Join(dir, f.File))
 		if err != nil {
@@ -141,7 +143,7 @@ func TestIQFixtures(t *testing.T) {
 	}
 	for _, typ := range iqTypes {
 		if seen[typ] == 0 {
-			t.Errorf("%s: no fixture tensor", infos[typ].Name)
+			t.Errorf("%s: no fixture tensor", infoOf(typ).Name)
 		}
 	}
 }
@@ -208,10 +210,10 @@ func refBit(b byte, j int) float64 {
 	return 1
 }
 
-func refDequant(t Type, blk []byte) []float64 {
+func refDequant(t ggmltype.Type, blk []byte) []float64 {
 	y := make([]float64, 0, 256)
 	switch t {
-	case IQ2_XXS:
+	case ggmltype.IQ2_XXS:
 		d := refHalf(refU16(blk, 0))
 		for ib32 := 0; ib32 < 8; ib32++ {
 			a0, a1 := refU32(blk, 2+8*ib32), refU32(blk, 2+8*ib32+4)
@@ -223,7 +225,7 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ2_XS:
+	case ggmltype.IQ2_XS:
 		d := refHalf(refU16(blk, 0))
 		for ib32 := 0; ib32 < 8; ib32++ {
 			sc := blk[66+ib32]
@@ -236,7 +238,7 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ2_S:
+	case ggmltype.IQ2_S:
 		d := refHalf(refU16(blk, 0))
 		for ib32 := 0; ib32 < 8; ib32++ {
 			sc := blk[74+ib32]
@@ -250,7 +252,7 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ3_XXS:
+	case ggmltype.IQ3_XXS:
 		d := refHalf(refU16(blk, 0))
 		for ib32 := 0; ib32 < 8; ib32++ {
 			a := refU32(blk, 2+64+4*ib32)
@@ -267,7 +269,7 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ3_S:
+	case ggmltype.IQ3_S:
 		d := refHalf(refU16(blk, 0))
 		for ib32 := 0; ib32 < 8; ib32++ {
 			sc := blk[106+ib32/2]
@@ -289,7 +291,7 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ1_S:
+	case ggmltype.IQ1_S:
 		d := refHalf(refU16(blk, 0))
 		for ib := 0; ib < 8; ib++ {
 			qh := int(refU16(blk, 34+2*ib))
@@ -305,7 +307,7 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ1_M:
+	case ggmltype.IQ1_M:
 		sc := [4]uint16{refU16(blk, 48), refU16(blk, 50), refU16(blk, 52), refU16(blk, 54)}
 		// The f16's four nibbles, low to high, are the top nibbles of sc[0..3].
 		d := refHalf(sc[0]>>12 | (sc[1]>>12)<<4 | (sc[2]>>12)<<8 | (sc[3]>>12)<<12)
@@ -324,14 +326,14 @@ func refDequant(t Type, blk []byte) []float64 {
 				}
 			}
 		}
-	case IQ4_NL:
+	case ggmltype.IQ4_NL:
 		d := refHalf(refU16(blk, 0))
 		for h := 0; h < 2; h++ {
 			for j := 0; j < 16; j++ {
 				y = append(y, d*float64(kvaluesIQ4NL[(blk[2+j]>>(4*h))&15]))
 			}
 		}
-	case IQ4_XS:
+	case ggmltype.IQ4_XS:
 		d := refHalf(refU16(blk, 0))
 		sh := int(refU16(blk, 2))
 		for ib := 0; ib < 8; ib++ {
@@ -363,8 +365,8 @@ func TestIQReferenceHalf(t *testing.T) {
 }
 
 // iqCompare runs kernel and reference on one block.
-func iqCompare(typ Type, blk []byte) error {
-	info := infos[typ]
+func iqCompare(typ ggmltype.Type, blk []byte) error {
+	info := infoOf(typ)
 	got := make([]float32, info.BlockSize)
 	iqKernel(typ)(got, blk)
 	want := refDequant(typ, blk)
@@ -390,7 +392,7 @@ func iqCompare(typ Type, blk []byte) error {
 func TestIQReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(20261125, 1))
 	for _, typ := range iqTypes {
-		blk := make([]byte, infos[typ].TypeSize)
+		blk := make([]byte, infoOf(typ).TypeSize)
 		for n := 0; n < 2000; n++ {
 			for i := range blk {
 				blk[i] = byte(r.Uint32())
@@ -411,7 +413,7 @@ func FuzzIQuants(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{0x5a, 0xa5, 0x00, 0x80}, 34))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, typ := range iqTypes {
-			size := infos[typ].TypeSize
+			size := infoOf(typ).TypeSize
 			blk := make([]byte, size)
 			copy(blk, data)
 			if err := iqCompare(typ, blk); err != nil {
@@ -424,7 +426,7 @@ func FuzzIQuants(f *testing.F) {
 func BenchmarkIQ(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, typ := range iqTypes {
-		info := infos[typ]
+		info := infoOf(typ)
 		b.Run(info.Name, func(b *testing.B) {
 			const blocks = 1024
 			src := make([]byte, blocks*info.TypeSize)
@@ -433,7 +435,7 @@ func BenchmarkIQ(b *testing.B) {
 			}
 			for i := 0; i < blocks; i++ { // finite, moderate scales
 				switch typ {
-				case IQ1_M:
+				case ggmltype.IQ1_M:
 					// f16 0x2c00, one nibble in the top of each scale word.
 					blk := src[i*info.TypeSize:]
 					for k, top := range []byte{0x00, 0x00, 0xc0, 0x20} {

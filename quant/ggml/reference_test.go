@@ -5,6 +5,8 @@ import (
 	"math"
 
 	"github.com/x448/float16"
+
+	"github.com/ztfs/ztfs/quant/ggmltype"
 )
 
 // A slow, literal reference for every block type here: refValue computes
@@ -13,6 +15,12 @@ import (
 // the packing of the matching quantize_row_*_ref), with nothing shared with
 // the kernels: the f16 conversion is x448/float16's, the fp4 values and
 // scales are computed from their bit definitions.
+
+// infoOf is the table's entry of a type the tests know exists.
+func infoOf(t ggmltype.Type) ggmltype.Info {
+	info, _ := ggmltype.Lookup(t)
+	return info
+}
 
 func refF16(b []byte) float32 {
 	return float16.Frombits(binary.LittleEndian.Uint16(b)).Float32()
@@ -70,45 +78,45 @@ func refNibble(qs []byte, i int) int {
 	return int(qs[i-16] >> 4)
 }
 
-func refValue(t Type, b []byte, i int) float32 {
+func refValue(t ggmltype.Type, b []byte, i int) float32 {
 	switch t {
-	case Q4_0:
+	case ggmltype.Q4_0:
 		d := refF16(b[0:])
 		return float32(refNibble(b[2:], i)-8) * d
-	case Q4_1:
+	case ggmltype.Q4_1:
 		d, m := refF16(b[0:]), refF16(b[2:])
 		return float32(float32(refNibble(b[4:], i))*d) + m
-	case Q5_0, Q5_1:
+	case ggmltype.Q5_0, ggmltype.Q5_1:
 		off := 2
-		if t == Q5_1 {
+		if t == ggmltype.Q5_1 {
 			off = 4
 		}
 		qh := binary.LittleEndian.Uint32(b[off:])
 		q := refNibble(b[off+4:], i) | int(qh>>uint(i)&1)<<4
 		d := refF16(b[0:])
-		if t == Q5_0 {
+		if t == ggmltype.Q5_0 {
 			return float32(q-16) * d
 		}
 		return float32(float32(q)*d) + refF16(b[2:])
-	case Q8_0:
+	case ggmltype.Q8_0:
 		return float32(int8(b[2+i])) * refF16(b[0:])
-	case Q1_0:
+	case ggmltype.Q1_0:
 		d := refF16(b[0:])
 		if b[2+i/8]>>(i%8)&1 == 1 {
 			return d
 		}
 		return -d
-	case Q2_0:
+	case ggmltype.Q2_0:
 		q := int(b[2+i/4] >> (2 * (i % 4)) & 3)
 		return float32(q-1) * refF16(b[0:])
-	case Q2_K:
+	case ggmltype.Q2_K:
 		scales, qs := b[0:16], b[16:80]
 		d, dmin := refF16(b[80:]), refF16(b[82:])
 		sc := scales[i/16]
 		q := qs[32*(i/128)+i%32] >> (2 * ((i % 128) / 32)) & 3
 		dl, ml := d*float32(sc&0xF), dmin*float32(sc>>4)
 		return float32(dl*float32(q)) - ml
-	case Q3_K:
+	case ggmltype.Q3_K:
 		hmask, qs, scales := b[0:32], b[32:96], b[96:108]
 		d := refF16(b[108:])
 		j := i / 16
@@ -124,11 +132,11 @@ func refValue(t Type, b []byte, i int) float32 {
 			q -= 4
 		}
 		return d * float32(sc) * float32(q)
-	case Q4_K, Q5_K:
+	case ggmltype.Q4_K, ggmltype.Q5_K:
 		d, dmin := refF16(b[0:]), refF16(b[2:])
 		scales := b[4:16]
 		qs := b[16:]
-		if t == Q5_K {
+		if t == ggmltype.Q5_K {
 			qs = b[48:]
 		}
 		g, r := i/64, i%64
@@ -139,11 +147,11 @@ func refValue(t Type, b []byte, i int) float32 {
 		} else {
 			q = int(qs[32*g+r-32] >> 4)
 		}
-		if t == Q5_K {
+		if t == ggmltype.Q5_K {
 			q |= int(b[16+r%32]>>(2*g+r/32)&1) << 4
 		}
 		return float32(d*float32(sc)*float32(q)) - dmin*float32(m)
-	case Q6_K:
+	case ggmltype.Q6_K:
 		ql, qh, scales := b[0:128], b[128:192], b[192:208]
 		d := refF16(b[208:])
 		n, r := i/128, i%128
@@ -154,7 +162,7 @@ func refValue(t Type, b []byte, i int) float32 {
 		}
 		q := int(lo&0xF|(qh[32*n+l]>>(2*k)&3)<<4) - 32
 		return d * float32(int8(scales[8*n+l/16+2*k])) * float32(q)
-	case TQ1_0:
+	case ggmltype.TQ1_0:
 		qs, qh := b[0:48], b[48:52]
 		d := refF16(b[52:])
 		var c byte
@@ -169,12 +177,12 @@ func refValue(t Type, b []byte, i int) float32 {
 		}
 		q := c * byte(math.Pow(3, float64(n)))
 		return float32(int(uint16(q)*3>>8)-1) * d
-	case TQ2_0:
+	case ggmltype.TQ2_0:
 		q := int(b[32*(i/128)+i%32] >> (2 * ((i % 128) / 32)) & 3)
 		return float32(q-1) * refF16(b[64:])
-	case MXFP4:
+	case ggmltype.MXFP4:
 		return refE2M1x2(byte(refNibble(b[1:], i))) * refE8M0Half(b[0])
-	case NVFP4:
+	case ggmltype.NVFP4:
 		s, r := i/16, i%16
 		c := b[4+8*s+r%8]
 		if r >= 8 {
@@ -186,8 +194,8 @@ func refValue(t Type, b []byte, i int) float32 {
 }
 
 // refDequantize decodes whole blocks element by element with refValue.
-func refDequantize(t Type, src []byte) []float32 {
-	info := infos[t]
+func refDequantize(t ggmltype.Type, src []byte) []float32 {
+	info := infoOf(t)
 	out := make([]float32, len(src)/info.TypeSize*info.BlockSize)
 	for i := range out {
 		blk := src[i/info.BlockSize*info.TypeSize:][:info.TypeSize]

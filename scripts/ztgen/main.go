@@ -35,6 +35,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 func main() {
@@ -56,13 +57,13 @@ func run(args []string) error {
 		if err != nil || size%4 != 0 {
 			return fmt.Errorf("size %q: want a multiple of 4 bytes, e.g. 1GiB", args[2])
 		}
-		return writeFile(out, func(w *ztensor.Writer) error { return writeBig(w, size, cmd != "raw", cmd == "zstd-frames") })
+		return writeFile(out, func(w *ztensorwrite.Writer) error { return writeBig(w, size, cmd != "raw", cmd == "zstd-frames") })
 	case cmd == "many" && len(args) == 3:
 		n, err := strconv.Atoi(args[2])
 		if err != nil || n < 0 {
 			return fmt.Errorf("count %q", args[2])
 		}
-		return writeFile(out, func(w *ztensor.Writer) error { return writeMany(w, n) })
+		return writeFile(out, func(w *ztensorwrite.Writer) error { return writeMany(w, n) })
 	case cmd == "decode" && len(args) == 3:
 		return decode(args[1], args[2])
 	case cmd == "tgm" && len(args) == 4:
@@ -110,13 +111,13 @@ func run(args []string) error {
 	return fmt.Errorf("unknown command line %q", args)
 }
 
-func writeFile(path string, fill func(*ztensor.Writer) error) error {
+func writeFile(path string, fill func(*ztensorwrite.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	buf := bufio.NewWriterSize(f, 4<<20)
-	w := ztensor.NewWriter(buf)
+	w := ztensorwrite.NewWriter(buf)
 	if err := fill(w); err != nil {
 		f.Close()
 		return err
@@ -150,7 +151,7 @@ func u64s(v []uint64) []byte {
 
 // writeSample writes a small model with one tensor of each kind the demo
 // shows.
-func writeSample(w *ztensor.Writer) error {
+func writeSample(w *ztensorwrite.Writer) error {
 	const rows, cols = 8, 16
 	weight := make([]float32, rows*cols)
 	for i := range weight {
@@ -166,25 +167,25 @@ func writeSample(w *ztensor.Writer) error {
 	for i := 0; i < cols; i++ {
 		binary.LittleEndian.PutUint16(norm[2*i:], uint16(math.Float32bits(1+float32(i)/8)>>16))
 	}
-	weightData := ztensor.Dense("f32", f32s(weight))
-	weightData.Digest = ztensor.DigestCRC32C
-	embedData := ztensor.Dense("f32", f32s(embed))
+	weightData := ztensorwrite.Dense("f32", f32s(weight))
+	weightData.Digest = ztensorwrite.DigestCRC32C
+	embedData := ztensorwrite.Dense("f32", f32s(embed))
 	embedData.Zstd = true
-	embedData.Digest = ztensor.DigestSHA256
+	embedData.Digest = ztensorwrite.DigestSHA256
 	objects := []struct {
 		name   string
 		shape  []uint64
 		format string
-		comps  []ztensor.ComponentSpec
+		comps  []ztensorwrite.ComponentSpec
 	}{
-		{"layers.0.weight", []uint64{rows, cols}, "dense", []ztensor.ComponentSpec{weightData}},
-		{"layers.0.bias", []uint64{rows}, "dense", []ztensor.ComponentSpec{ztensor.Dense("f32", f32s(bias))}},
-		{"embed.weight", []uint64{100, 10}, "dense", []ztensor.ComponentSpec{embedData}},
-		{"norm.weight", []uint64{cols}, "dense", []ztensor.ComponentSpec{ztensor.Dense("bf16", norm)}},
-		{"mask.sparse", []uint64{4, 5}, "sparse_csr", []ztensor.ComponentSpec{
-			ztensor.Component("values", "f32", f32s([]float32{1, 2, 3, 4})),
-			ztensor.Component("indices", "u64", u64s([]uint64{0, 3, 2, 4})),
-			ztensor.Component("indptr", "u64", u64s([]uint64{0, 2, 2, 3, 4})),
+		{"layers.0.weight", []uint64{rows, cols}, "dense", []ztensorwrite.ComponentSpec{weightData}},
+		{"layers.0.bias", []uint64{rows}, "dense", []ztensorwrite.ComponentSpec{ztensorwrite.Dense("f32", f32s(bias))}},
+		{"embed.weight", []uint64{100, 10}, "dense", []ztensorwrite.ComponentSpec{embedData}},
+		{"norm.weight", []uint64{cols}, "dense", []ztensorwrite.ComponentSpec{ztensorwrite.Dense("bf16", norm)}},
+		{"mask.sparse", []uint64{4, 5}, "sparse_csr", []ztensorwrite.ComponentSpec{
+			ztensorwrite.Component("values", "f32", f32s([]float32{1, 2, 3, 4})),
+			ztensorwrite.Component("indices", "u64", u64s([]uint64{0, 3, 2, 4})),
+			ztensorwrite.Component("indptr", "u64", u64s([]uint64{0, 2, 2, 3, 4})),
 		}},
 	}
 	for _, o := range objects {
@@ -233,19 +234,19 @@ func (r *valueReader) Read(p []byte) (int, error) {
 
 // writeBig writes one f32 tensor "big": raw, zstd in one frame (as the
 // reference writes), or zstd in independent frames (ztfs's default).
-func writeBig(w *ztensor.Writer, size int64, compress, frames bool) error {
-	data := ztensor.Dense("f32", nil)
+func writeBig(w *ztensorwrite.Writer, size int64, compress, frames bool) error {
+	data := ztensorwrite.Dense("f32", nil)
 	data.Data = bufio.NewReaderSize(&valueReader{size: size}, 1<<20)
 	data.Zstd, data.ZstdSingleFrame = compress, !frames
-	return w.WriteObject("big", []uint64{uint64(size / 4)}, "dense", nil, []ztensor.ComponentSpec{data})
+	return w.WriteObject("big", []uint64{uint64(size / 4)}, "dense", nil, []ztensorwrite.ComponentSpec{data})
 }
 
-func writeMany(w *ztensor.Writer, n int) error {
+func writeMany(w *ztensorwrite.Writer, n int) error {
 	buf := make([]byte, 64)
 	for i := 0; i < n; i++ {
 		benchValues(buf, int64(i*16))
 		name := fmt.Sprintf("model.layers.%d.mlp.weight_%d", i/100, i%100)
-		if err := w.WriteObject(name, []uint64{4, 4}, "dense", nil, []ztensor.ComponentSpec{ztensor.Dense("f32", buf)}); err != nil {
+		if err := w.WriteObject(name, []uint64{4, 4}, "dense", nil, []ztensorwrite.ComponentSpec{ztensorwrite.Dense("f32", buf)}); err != nil {
 			return err
 		}
 	}

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/ztfs/ztfs/formats/mcf"
-	"github.com/ztfs/ztfs/formats/ztensor"
+	"github.com/ztfs/ztfs/formats/mcf/mcfwrite"
+	"github.com/ztfs/ztfs/formats/ztensor/ztensorwrite"
 )
 
 // writeMCF writes an MCF file with one [rows, cols] tensor "w" quantized
@@ -22,7 +23,7 @@ func writeMCF(path string, rows, cols int, method string) error {
 	for i := range values {
 		values[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
-	t, ok, err := mcf.Quantize(mcf.Tensor{Name: "w", DType: mcf.DTypeF32, Shape: []uint64{uint64(rows), uint64(cols)}, Data: raw}, method)
+	t, ok, err := mcfwrite.Quantize(mcfwrite.Tensor{Name: "w", DType: mcf.DTypeF32, Shape: []uint64{uint64(rows), uint64(cols)}, Data: raw}, method)
 	if err != nil {
 		return err
 	}
@@ -33,7 +34,7 @@ func writeMCF(path string, rows, cols int, method string) error {
 	if err != nil {
 		return err
 	}
-	if err := mcf.Write(f, mcf.Model{Tensors: []mcf.Tensor{t}}); err != nil {
+	if err := mcfwrite.Write(f, mcfwrite.Model{Tensors: []mcfwrite.Tensor{t}}); err != nil {
 		f.Close()
 		return err
 	}
@@ -43,12 +44,12 @@ func writeMCF(path string, rows, cols int, method string) error {
 // writeTwo writes two tensors "a" and "b" of size bytes each, zstd
 // compressed or raw, for the two-reader benchmark.
 func writeTwo(path string, size int64, compress bool) error {
-	return writeFile(path, func(w *ztensor.Writer) error {
+	return writeFile(path, func(w *ztensorwrite.Writer) error {
 		for i, name := range []string{"a", "b"} {
-			data := ztensor.Dense("f32", nil)
+			data := ztensorwrite.Dense("f32", nil)
 			data.Data = &valueReader{off: int64(i) * size, size: int64(i)*size + size}
 			data.Zstd = compress
-			if err := w.WriteObject(name, []uint64{uint64(size / 4)}, "dense", nil, []ztensor.ComponentSpec{data}); err != nil {
+			if err := w.WriteObject(name, []uint64{uint64(size / 4)}, "dense", nil, []ztensorwrite.ComponentSpec{data}); err != nil {
 				return err
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/tensogram"
+	"github.com/ztfs/ztfs/formats/tensogram/tensogramwrite"
 	"github.com/ztfs/ztfs/internal/codec/simplepacking"
 	"github.com/ztfs/ztfs/internal/codec/szip"
 )
@@ -40,7 +41,7 @@ func writeTensogram(path string, size int64, codec string) error {
 	for i, x := range values {
 		binary.LittleEndian.PutUint64(data[8*i:], math.Float64bits(x))
 	}
-	obj := tensogram.Object{DType: "float64", Shape: []uint64{uint64(len(values))}, Data: data,
+	obj := tensogramwrite.Object{DType: "float64", Shape: []uint64{uint64(len(values))}, Data: data,
 		Metadata: map[string]any{"name": "field"}}
 	switch codec {
 	case "zstd", "lz4":
@@ -56,7 +57,7 @@ func writeTensogram(path string, size int64, codec string) error {
 	if err != nil {
 		return err
 	}
-	if err := tensogram.WriteMessage(f, tensogram.Message{Objects: []tensogram.Object{obj}, Hash: true}); err != nil {
+	if err := tensogramwrite.WriteMessage(f, tensogramwrite.Message{Objects: []tensogramwrite.Object{obj}, Hash: true}); err != nil {
 		f.Close()
 		return err
 	}

@@ -1,4 +1,4 @@
-package zstdframe
+package zstdframe_test
 
 import (
 	"bytes"
@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
 )
 
 // sizedFrames compresses data as independent frames of frame decoded bytes
@@ -32,8 +35,8 @@ func sizedFrames(t testing.TB, data []byte, frame int) ([]byte, [][2]uint32) {
 func TestNewIndex(t *testing.T) {
 	data := randomBytes(10_000, 2)
 	frames, entries := sizedFrames(t, data, 4000)
-	tabled := withSeekTable(frames, entries)
-	unsizedLast := append(bytes.Clone(frames[:entries[0][0]+entries[1][0]]), zstdUnsized(t, data[8000:])...)
+	tabled := zstdframetest.WithSeekTable(frames, entries)
+	unsizedLast := append(bytes.Clone(frames[:entries[0][0]+entries[1][0]]), zstdframetest.Unsized(t, data[8000:])...)
 	for _, tc := range []struct {
 		name       string
 		stream     []byte
@@ -48,10 +51,10 @@ func TestNewIndex(t *testing.T) {
 		{name: "last frame unsized, size declared", stream: unsizedLast, declared: 10_000, dec: []int64{0, 4000, 8000, 10_000}},
 		{name: "last frame unsized, size unknown", stream: unsizedLast, declared: -1, notIndexed: true},
 		{name: "one frame", stream: frames[:entries[0][0]], declared: 4000, notIndexed: true},
-		{name: "frames over the limit", stream: zstdSized(t, data, 5000), declared: -1, notIndexed: true},
+		{name: "frames over the limit", stream: zstdframetest.Sized(t, data, 5000), declared: -1, notIndexed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x, err := NewIndex(bytes.NewReader(tc.stream), int64(len(tc.stream)), 4096, tc.declared)
+			x, err := zstdframe.NewIndex(bytes.NewReader(tc.stream), int64(len(tc.stream)), 4096, tc.declared)
 			if tc.notIndexed {
 				if err == nil {
 					t.Fatalf("indexed: %v", x.Dec)
@@ -74,8 +77,8 @@ func TestNewIndex(t *testing.T) {
 func TestNewSeekableIndex(t *testing.T) {
 	data := randomBytes(10_000, 3)
 	frames, entries := sizedFrames(t, data, 4000)
-	tabled := withSeekTable(frames, entries)
-	x, err := NewSeekableIndex(bytes.NewReader(tabled), int64(len(tabled)), 10_000)
+	tabled := zstdframetest.WithSeekTable(frames, entries)
+	x, err := zstdframe.NewSeekableIndex(bytes.NewReader(tabled), int64(len(tabled)), 10_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +94,14 @@ func TestNewSeekableIndex(t *testing.T) {
 	if err := x.CheckSeekableFrames(unsummed[entries[0][0]:], int64(entries[0][0])); err == nil {
 		t.Error("a frame without a checksum passes")
 	}
-	if _, err := NewSeekableIndex(bytes.NewReader(tabled), int64(len(tabled)), 9_999); err == nil {
+	if _, err := zstdframe.NewSeekableIndex(bytes.NewReader(tabled), int64(len(tabled)), 9_999); err == nil {
 		t.Error("a table that does not add up to the declared size passes")
 	}
-	unequal := withSeekTable(frames, [][2]uint32{entries[0], {entries[1][0], 3999}, {entries[2][0], 2001}})
-	if _, err := NewSeekableIndex(bytes.NewReader(unequal), int64(len(unequal)), 10_000); err == nil {
+	unequal := zstdframetest.WithSeekTable(frames, [][2]uint32{entries[0], {entries[1][0], 3999}, {entries[2][0], 2001}})
+	if _, err := zstdframe.NewSeekableIndex(bytes.NewReader(unequal), int64(len(unequal)), 10_000); err == nil {
 		t.Error("frames of unequal sizes pass")
 	}
-	if _, err := NewSeekableIndex(bytes.NewReader(frames), int64(len(frames)), 10_000); err == nil {
+	if _, err := zstdframe.NewSeekableIndex(bytes.NewReader(frames), int64(len(frames)), 10_000); err == nil {
 		t.Error("a stream without a seek table passes")
 	}
 }
@@ -112,9 +115,9 @@ func FuzzIndex(f *testing.F) {
 	frames, entries := sizedFrames(f, data, 150)
 	for _, s := range [][]byte{
 		frames,
-		withSeekTable(frames, entries),
-		zstdSized(f, data, 100),
-		append(bytes.Clone(frames[:entries[0][0]]), zstdUnsized(f, data[150:])...),
+		zstdframetest.WithSeekTable(frames, entries),
+		zstdframetest.Sized(f, data, 100),
+		append(bytes.Clone(frames[:entries[0][0]]), zstdframetest.Unsized(f, data[150:])...),
 		// A content size above 2^63 once passed for a negative one.
 		[]byte("(\xb5/\xfd0\x05)\x00\x0000000(\xb5/\xfd\xe00000000\xdc!\x00\x000000"),
 	} {
@@ -135,7 +138,7 @@ func FuzzIndex(f *testing.F) {
 		if sized && werr == nil && len(want) <= 64<<10 {
 			declared = int64(len(want))
 		}
-		x, err := NewIndex(bytes.NewReader(stored), int64(len(stored)), 16<<10, declared)
+		x, err := zstdframe.NewIndex(bytes.NewReader(stored), int64(len(stored)), 16<<10, declared)
 		if err != nil || werr != nil || x.Total() != int64(len(want)) {
 			// Not indexed, or the stream's own decode fails, or (without
 			// a declared size) a seek table that undercounts: reads fail

@@ -1,4 +1,4 @@
-package zstdframe
+package zstdframe_test
 
 import (
 	"bufio"
@@ -6,6 +6,9 @@ import (
 	"encoding/binary"
 	"io"
 	"testing"
+
+	"github.com/ztfs/ztfs/internal/codec/zstdframe"
+	"github.com/ztfs/ztfs/internal/codec/zstdframe/zstdframetest"
 )
 
 // FuzzWindowLimiter feeds arbitrary streams through WindowLimiter with a
@@ -15,26 +18,26 @@ import (
 // the same bytes after the rewrite.
 func FuzzWindowLimiter(f *testing.F) {
 	data := randomBytes(200, 4)
-	f.Add(zstdWindowed(f, data, WindowDescriptor(128<<20)), uint16(200))
-	f.Add(zstdWindowed(f, data, 0x58), uint16(1000))
-	f.Add(append(zstdWindowed(f, data[:100], 0x58), zstdWindowed(f, data[100:], WindowDescriptor(64<<20))...), uint16(300))
-	f.Add(zstdBomb(3), uint16(100))
+	f.Add(zstdframetest.Windowed(f, data, zstdframe.WindowDescriptor(128<<20), false), uint16(200))
+	f.Add(zstdframetest.Windowed(f, data, 0x58, false), uint16(1000))
+	f.Add(append(zstdframetest.Windowed(f, data[:100], 0x58, false), zstdframetest.Windowed(f, data[100:], zstdframe.WindowDescriptor(64<<20), false)...), uint16(300))
+	f.Add(zstdframetest.Bomb(3), uint16(100))
 	// Decoders are made once: making one per input would dominate. The
 	// limited one accepts the 128 MiB windows the pipeline's do.
 	limited, reference := newDecoder(f, 128<<20), newDecoder(f, 2<<20)
 	f.Fuzz(func(t *testing.T, stream []byte, limit uint16) {
 		n := int64(len(stream))
 		src := bytes.NewReader(stream)
-		w := NewWindowLimiter(bufio.NewReaderSize(io.NewSectionReader(src, 0, n), 4096), src, n, uint64(limit))
+		w := zstdframe.NewWindowLimiter(bufio.NewReaderSize(io.NewSectionReader(src, 0, n), 4096), src, n, uint64(limit))
 		out, err := io.ReadAll(w)
 		for i := range out {
 			if out[i] == stream[i] {
 				continue
 			}
-			if i < 5 || binary.LittleEndian.Uint32(stream[i-5:]) != FrameMagic || stream[i-1]&0x20 != 0 {
+			if i < 5 || binary.LittleEndian.Uint32(stream[i-5:]) != zstdframe.FrameMagic || stream[i-1]&0x20 != 0 {
 				t.Fatalf("byte %d changed and is no Window_Descriptor", i)
 			}
-			if got, was := WindowSize(out[i]), WindowSize(stream[i]); got >= was || got < minLimitedWindow {
+			if got, was := zstdframe.WindowSize(out[i]), zstdframe.WindowSize(stream[i]); got >= was || got < zstdframe.MinLimitedWindow {
 				t.Fatalf("window at %d: %d, was %d", i, got, was)
 			}
 		}
@@ -62,11 +65,11 @@ func FuzzWindowLimiter(f *testing.F) {
 // and leaves the bytes they decode to unchanged.
 func TestLimitWindows(t *testing.T) {
 	data := randomBytes(5000, 7)
-	src := zstdWindowed(t, data, WindowDescriptor(128<<20))
+	src := zstdframetest.Windowed(t, data, zstdframe.WindowDescriptor(128<<20), false)
 	out := bytes.Clone(src)
-	LimitWindows(out, uint64(len(data)))
-	if WindowSize(out[5]) != minLimitedWindow {
-		t.Fatalf("window %d, want %d", WindowSize(out[5]), minLimitedWindow)
+	zstdframe.LimitWindows(out, uint64(len(data)))
+	if zstdframe.WindowSize(out[5]) != zstdframe.MinLimitedWindow {
+		t.Fatalf("window %d, want %d", zstdframe.WindowSize(out[5]), zstdframe.MinLimitedWindow)
 	}
 	got, done := decodeUpTo(newDecoder(t, 2<<20), out, int64(len(data)))
 	if !done || !bytes.Equal(got, data) {

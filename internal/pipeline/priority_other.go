@@ -1,7 +1,0 @@
-//go:build !linux
-
-package pipeline
-
-// favourThread does nothing where thread priorities are not set
-// (priority_linux.go).
-func favourThread() (restore func()) { return func() {} }
