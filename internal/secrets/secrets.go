@@ -12,7 +12,9 @@
 package secrets
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -115,12 +117,24 @@ func Receive(fd int) (Set, error) {
 	if len(b) > maxSize {
 		return Set{}, fmt.Errorf("--secrets-fd %d: more than %d bytes", fd, maxSize)
 	}
+	s, err := decode(b)
+	if err != nil {
+		return Set{}, fmt.Errorf("--secrets-fd %d: %w", fd, err)
+	}
+	return s, nil
+}
+
+// decode parses the one JSON object of a Set; its error never quotes the
+// input, which holds secrets.
+func decode(b []byte) (Set, error) {
 	var s Set
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		// The error of encoding/json may quote the input: not here.
-		return Set{}, fmt.Errorf("--secrets-fd %d: not a JSON object of known secrets", fd)
+		return Set{}, errors.New("not a JSON object of known secrets")
+	}
+	if dec.More() {
+		return Set{}, errors.New("more than one JSON value")
 	}
 	return s, nil
 }

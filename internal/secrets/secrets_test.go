@@ -1,6 +1,7 @@
 package secrets
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -85,4 +86,28 @@ func TestReceiveRefuses(t *testing.T) {
 			t.Errorf("Receive(%.20q): %v", input, err)
 		}
 	}
+}
+
+// Any bytes decode to a Set or an error that quotes none of them, and a
+// Set encoded decodes to itself.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"source":"https://u:p@h/m.zt","AWS_SECRET_ACCESS_KEY":"k"}`))
+	f.Add([]byte(`{"HF_TOKEN":"hf_x"} {}`))
+	f.Add([]byte(`{"PASSWORD":"x"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decode(b)
+		if err != nil {
+			if len(b) >= 4 && strings.Contains(err.Error(), string(b)) {
+				t.Errorf("the error quotes the input: %v", err)
+			}
+			return
+		}
+		again, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, err := decode(again); err != nil || back != s {
+			t.Errorf("%+v encoded as %s decodes to %+v, %v", s, again, back, err)
+		}
+	})
 }
