@@ -112,7 +112,10 @@ func Redact(rawURL string) string {
 // requests: a model hub, a CDN, a plain web server.
 //
 // Open costs one HEAD (or, where HEAD is refused with 405 or 501, or its
-// reply lacks a length or Accept-Ranges, one GET of the first byte). The
+// reply lacks a length or Accept-Ranges, one GET of the first byte). What
+// no retry mends (a refused connection, a host with no address, a TLS
+// failure, a 4xx, a folder's page) fails it at once, with a hint
+// (ErrorHint). The
 // reply gives the size (Content-Length, or a Content-Range total) and the
 // version: a strong ETag, else Last-Modified. A server that does not
 // honour ranges is refused at open, and a 4xx (401, 403, 404, ...) is an
@@ -141,11 +144,12 @@ func Redact(rawURL string) string {
 //
 // Transient failures (5xx, 408, 429, a connection reset or closed in the
 // middle of a body, a short body, a timeout) are retried with exponential
-// backoff and full jitter (from 100 ms up to 5 s) until RetryFor passes
-// without a byte received (a request that gets no reply is canceled when
-// it does); a retry asks only for the bytes still missing.
-// Then the read fails with an error naming the URL, the range and the
-// last reason. A 200 to a range request is an error, never taken as the
+// backoff and full jitter (from 100 ms up to 5 s); a request that receives
+// nothing for StallTimeout(RetryFor) is canceled and sent again, and a
+// retry asks only for the bytes still missing. A read waits at most
+// RetryFor for all of it, and for a request slot or another read's
+// request (remote.go has the bound); then it fails with an error naming
+// the URL, the range and the last reason. A 200 to a range request is an error, never taken as the
 // bytes asked for, and no reply body is read past the range asked.
 //
 // The URL's user and password are sent as basic authentication, or the

@@ -478,7 +478,7 @@ func TestHTTPFaults(t *testing.T) {
 				}
 				return false
 			}
-		}, 700 * time.Millisecond, "bytes 0-1048575: 503 Service Unavailable (gave up after ", 3 * time.Second, 2, false},
+		}, 2 * time.Second, "bytes 0-1048575: 503 Service Unavailable (gave up after ", 5 * time.Second, 2, false},
 		{"200 instead of 206", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
 			return func(n int, w http.ResponseWriter, r *http.Request) bool {
 				r.Header.Del("Range")

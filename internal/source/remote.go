@@ -24,8 +24,8 @@ import (
 // own requests and their retries, a free request slot, a request another
 // read or the read-ahead made for the same block. Every wait carries the
 // read's deadline. A request that receives nothing for the stall timeout
-// (a quarter of RetryFor, at most 10 s) is abandoned and sent again, on a
-// new connection. Once the server has sent nothing to anyone for RetryFor,
+// (a quarter of RetryFor, at most 10 s) is abandoned and sent again, on
+// another connection. Once the server has sent nothing to anyone for RetryFor,
 // the source is in an outage: reads try for a short while only (the
 // outage budget), read-ahead stops, and a probe asks the server every few
 // seconds; the first answer ends the outage. Blocks at hand are served

@@ -114,9 +114,12 @@ func URLScheme(arg string) string {
 // The SDK's own retryer is off: each request is one attempt, and
 // transient failures (5xx, throttling, resets, timeouts, short bodies) are
 // retried here, with exponential backoff and full jitter (100 ms to 5 s),
-// until RetryFor passes without a byte received, as for HTTP, so that one
-// bound holds for every remote source. Messages name the object as
-// s3://bucket/key and never hold the secret key or session token.
+// within the bound of every read of a remote source (RetryFor; remote.go),
+// as for HTTP. At open, what no retry mends (a refused connection, a host
+// with no address, a TLS failure, a 4xx) fails at once, with a hint that
+// names the endpoint or the credentials (ErrorHint). Messages name the
+// object as s3://bucket/key and never hold the secret key or session
+// token.
 type S3 struct {
 	*remote
 	bucket string
