@@ -3,17 +3,18 @@
 # interop included, never skipped), the race detector on the concurrent
 # packages, a short run of every fuzz target, and the demo.
 # Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
-#        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps, attr
-#        and nginx if missing, versitygw with go install, node and npm if
-#        missing and @huggingface/hub with npm; needs the Go of go.mod's go
-#        line)
+#        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps, attr,
+#        nginx and util-linux if missing, versitygw with go install, node and
+#        npm if missing and @huggingface/hub with npm; needs the Go of go.mod's
+#        go line)
 # FUZZTIME=10s sets the time per fuzz target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
-# nginx: the HTTP(S) server the remote source's tests start on 127.0.0.1.
-ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx
+# nginx: the HTTP(S) server the remote source's tests start on 127.0.0.1;
+# util-linux: unshare, for the DNS of a test's own (testenv.WithoutDNS).
+ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx util-linux
 # versitygw: the S3 server the s3:// source's tests start on 127.0.0.1.
 ensure_versitygw
 # @huggingface/hub (the version testdata/hf/js/package.json pins): the Hub's

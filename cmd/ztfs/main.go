@@ -60,6 +60,7 @@ func main() {
 	if err == nil {
 		os.Exit(exitOK)
 	}
+	err = withSourceHint(err)
 	fmt.Fprintf(os.Stderr, "ztfs: %v\n", err)
 	var hinted *hintedError
 	if errors.As(err, &hinted) {

@@ -47,7 +47,16 @@ type result struct {
 
 func run(t *testing.T, args ...string) result {
 	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv runs ztfs with env (NAME=value) added to the environment.
+func runEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -85,8 +94,10 @@ func TestVersionAndHelp(t *testing.T) {
 			t.Errorf("mount --help lacks %s", flag)
 		}
 	}
-	if strings.Contains(mount, "ready-fd") {
-		t.Error("mount --help shows the internal --ready-fd")
+	for _, internal := range []string{"ready-fd", "secrets-fd"} {
+		if strings.Contains(mount, internal) {
+			t.Errorf("mount --help shows the internal --%s", internal)
+		}
 	}
 	// Examples, and what is checked when neither --verify nor --no-verify
 	// is given.

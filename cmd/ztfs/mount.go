@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,7 +26,9 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/internal/fusefs"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/secrets"
 	"github.com/ztfs/ztfs/internal/session"
+	"github.com/ztfs/ztfs/internal/source"
 )
 
 type mountFlags struct {
@@ -38,6 +41,7 @@ type mountFlags struct {
 	npyDType      npyDTypeFlag
 	logFile       string
 	readyFd       int // set by a parent ztfs waiting for its background server
+	secretsFd     int // set by a parent that passes the server its secrets (internal/secrets)
 	source        sourceFlags
 	shards        shardFlags
 	noPassthrough bool
@@ -47,7 +51,7 @@ type mountFlags struct {
 }
 
 func newMountCommand() *cobra.Command {
-	f := mountFlags{cache: cacheFlags{size: defaultCacheSize}, readAhead: defaultReadAhead, readyFd: -1}
+	f := mountFlags{cache: cacheFlags{size: defaultCacheSize}, readAhead: defaultReadAhead, readyFd: -1, secretsFd: -1}
 	cmd := &cobra.Command{
 		Use:   "mount [flags] SOURCE MOUNTPOINT",
 		Short: "Mount a container file or a model folder read-only at MOUNTPOINT",
@@ -100,6 +104,8 @@ mount -t fuse.ztfs and /etc/fstab.`,
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve whole source files (a checkpoint's safetensors shards) through the server rather than with FUSE passthrough")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
 	_ = fl.MarkHidden("ready-fd")
+	fl.IntVar(&f.secretsFd, "secrets-fd", -1, "")
+	_ = fl.MarkHidden("secrets-fd")
 	fl.StringVar(&f.cpuProfile, "cpu-profile", "", "write the server's CPU profile here (go tool pprof)")
 	fl.StringVar(&f.trace, "trace", "", "write the server's execution trace here (go tool trace)")
 	_ = fl.MarkHidden("cpu-profile")
@@ -121,8 +127,26 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 	if !f.foreground && f.readyFd < 0 {
 		return withCode(exitError, startBackground(source, mountpoint))
 	}
+	// The server never dies of its own output: a closed pipe on stdout or
+	// stderr (ztfs mount -f ... | head) fails the write, and the log goes
+	// on to its file or nowhere.
+	signal.Ignore(syscall.SIGPIPE)
+	var secret secrets.Set
+	if f.secretsFd >= 0 {
+		var err error
+		if secret, err = secrets.Receive(f.secretsFd); err != nil {
+			return withCode(exitError, err)
+		}
+		if secret.Source != "" {
+			if session.Name(secret.Source) != source {
+				return withCode(exitError, fmt.Errorf("%s: --secrets-fd holds another source", source))
+			}
+			source = secret.Source
+		}
+	}
 	ready := func(error) {}
-	notify := func(msg string) { fmt.Fprintf(os.Stderr, "ztfs: %s\n", msg) }
+	stderr := &pipeWriter{w: os.Stderr}
+	notify := func(msg string) { fmt.Fprintf(stderr, "ztfs: %s\n", msg) }
 	if f.readyFd >= 0 {
 		pipe := os.NewFile(uintptr(f.readyFd), "ready")
 		// The parent prints the notes on the user's terminal.
@@ -144,16 +168,39 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 			pipe.Close()
 		}
 	}
-	if err := serve(source, mountpoint, f, opts, ready, notify); err != nil {
+	if err := serve(source, mountpoint, f, opts, secret, stderr, ready, notify); err != nil {
+		err = withSourceHint(err)
 		ready(err)
 		return withCode(exitError, err)
 	}
 	return nil
 }
 
+// pipeWriter writes to w until a write fails because w is a pipe whose
+// reader went away (EPIPE), and drops every write from then on: the
+// server's stderr, where a foreground server logs.
+type pipeWriter struct {
+	w      io.Writer
+	broken atomic.Bool
+}
+
+func (p *pipeWriter) Write(b []byte) (int, error) {
+	if p.broken.Load() {
+		return len(b), nil
+	}
+	n, err := p.w.Write(b)
+	if errors.Is(err, syscall.EPIPE) {
+		p.broken.Store(true)
+		return len(b), nil
+	}
+	return n, err
+}
+
 // serve opens source, mounts it and serves until the mount goes away.
-// notify shows a line on the user's terminal.
-func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready func(error), notify func(string)) (err error) {
+// notify shows a line on the user's terminal. secret holds the
+// credentials passed with --secrets-fd; stderr is the server's standard
+// error.
+func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret secrets.Set, stderr io.Writer, ready func(error), notify func(string)) (err error) {
 	// SOURCE first: nothing else is looked at until it opens and validates.
 	logf := func(string, ...any) {}
 	verify, _ := f.check.mode()
@@ -161,6 +208,9 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 		Logf: func(format string, args ...any) { logf(format, args...) }, Guard: true}
 	f.source.apply(&so)
 	f.shards.apply(&so)
+	applySecrets(&so, secret)
+	// The open's retries are told to the user waiting for the mount.
+	so.Remote.Notef = notify
 	s, err := session.Open(source, so)
 	if err != nil {
 		return err
@@ -182,7 +232,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	if !isEmptyDir(mountpoint) {
 		notify(fmt.Sprintf("warning: %s is not empty: its files are hidden while mounted", mountpoint))
 	}
-	logger, logPath, err := openLog(f, mountpoint)
+	logger, logPath, err := openLog(f, mountpoint, stderr)
 	if err != nil {
 		return err
 	}
@@ -219,21 +269,24 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	}
 	var debugLog *log.Logger
 	if f.debug {
-		debugLog = log.New(os.Stderr, "", log.Lmicroseconds)
+		debugLog = log.New(stderr, "", log.Lmicroseconds)
 	}
 	// SIGINT and SIGTERM are caught from before the mount exists: one that
 	// came between the mount and the handler below would kill the server
 	// and leave a dead mount behind ("transport endpoint is not
-	// connected"). The handler runs once the mount serves.
+	// connected"). The handler runs once the mount serves. SIGUSR1 is
+	// what `ztfs unmount` sends the server of a mount that is busy
+	// (runUnmount).
 	signals := make(chan os.Signal, 2)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(signals)
 	var server *fuse.Server
 	helperOutput, err := captureStderr(func() error {
 		var err error
 		server, err = fusefs.Mount(mountpoint, s.Tree,
 			fusefs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
-				Check: s.Check, CheckNow: s.CheckOpen, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough},
+				Check: s.Check, CheckNow: s.CheckOpen, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough,
+				OnGone: s.CloseRemote},
 			fusefs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 				ReadAhead: int64(f.readAhead), Logf: logf})
 		return err
@@ -260,14 +313,13 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 
 	go func() {
 		for sig := range signals {
-			logf("%v: unmounting %s", sig, mountpoint)
-			if err := server.Unmount(); err != nil {
-				// Busy: detach now, exit once the last reader is gone.
-				logf("unmount: %v; detaching lazily", err)
-				if err := syscall.Unmount(mountpoint, syscall.MNT_DETACH); err != nil {
-					logf("lazy unmount: %v", err)
-				}
+			if sig == syscall.SIGUSR1 {
+				logf("%v: failing the reads that wait on a remote server, so that an unmount can go through", sig)
+				s.Interrupt()
+				continue
 			}
+			logf("%v: unmounting %s", sig, mountpoint)
+			stopServing(s, mountpoint, logf)
 		}
 	}()
 	server.Wait()
@@ -275,6 +327,37 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, ready fun
 	signal.Stop(signals)
 	close(signals)
 	return nil
+}
+
+// busyRetry is how long a server that is told to stop tries to unmount a
+// busy mount, once the reads waiting on a remote server have failed and
+// their readers could let go, before it detaches the mount lazily.
+const busyRetry = 2 * time.Second
+
+// stopServing unmounts the mount at mountpoint for a server told to stop
+// (SIGINT, SIGTERM). A mount that is not busy is unmounted; requests still
+// being answered then can only be of readers that are gone, and the
+// session's remote sources are closed so that none keeps the server
+// waiting. A busy mount has its remote sources closed first, so that
+// readers waiting on a server that does not answer get EIO now and can
+// let go; if it stays busy it is detached lazily: the mountpoint is free
+// at once, files still open keep reading (what is at hand, for a remote
+// source), and the server exits when the last is closed.
+func stopServing(s *session.Session, mountpoint string, logf func(string, ...any)) {
+	err := unmount(mountpoint, false)
+	s.CloseRemote()
+	for start := time.Now(); errors.Is(err, syscall.EBUSY) && time.Since(start) < busyRetry; {
+		time.Sleep(50 * time.Millisecond)
+		err = unmount(mountpoint, false)
+	}
+	if err == nil {
+		return
+	}
+	// Busy: detach now, exit once the last reader is gone.
+	logf("unmount: %v; detaching lazily", err)
+	if err := unmount(mountpoint, true); err != nil {
+		logf("lazy unmount: %v", err)
+	}
 }
 
 // serverOverhead is the memory a server needs besides its block cache,
@@ -383,7 +466,11 @@ func serverGone(path string) bool {
 
 // startBackground starts this program again as the server, in the
 // foreground of a new session, and returns once it reports that the mount
-// serves (or why it could not).
+// serves (or why it could not). The notes it sends meanwhile (warnings,
+// the open's retries) are shown as they come. The server's command line
+// holds SOURCE without its credentials and query, and its environment
+// none of the secrets of internal/secrets: it receives them over a pipe
+// (--secrets-fd), so that no other process can read them from /proc.
 func startBackground(source, mountpoint string) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -394,9 +481,31 @@ func startBackground(source, mountpoint string) error {
 		return err
 	}
 	defer r.Close()
-	args := append([]string{"mount", "--ready-fd", "3"}, serverArgs(os.Args[1:])...)
-	child := exec.Command(exe, args...)
+	secret, environ := secrets.FromEnv(os.Environ())
+	userArgs := serverArgs(os.Args[1:])
+	if name := session.Name(source); name != source {
+		secret.Source = source
+		for i, a := range userArgs {
+			if a == source {
+				userArgs[i] = name
+			}
+		}
+	}
+	args := []string{"mount", "--ready-fd", "3"}
+	child := exec.Command(exe)
 	child.ExtraFiles = []*os.File{w}
+	child.Env = environ
+	send := func() error { return nil }
+	if !secret.Empty() {
+		fd, sendSecrets, err := secrets.Pass(child, secret)
+		if err != nil {
+			w.Close()
+			return err
+		}
+		args = append(args, "--secrets-fd", strconv.Itoa(fd))
+		send = sendSecrets
+	}
+	child.Args = append(append([]string{exe}, args...), userArgs...)
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
@@ -409,10 +518,14 @@ func startBackground(source, mountpoint string) error {
 		return err
 	}
 	w.Close()
-	msg, _ := io.ReadAll(bufio.NewReader(r))
+	// A server that exited before it read its secrets says why below.
+	_ = send()
 	var line string
 	var hints []string
-	for _, l := range strings.Split(strings.TrimSpace(string(msg)), "\n") {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
 		if w, ok := strings.CutPrefix(l, warningPrefix); ok {
 			fmt.Fprintf(os.Stderr, "ztfs: %s\n", w)
 			continue
@@ -421,7 +534,9 @@ func startBackground(source, mountpoint string) error {
 			hints = append(hints, h)
 			continue
 		}
-		line = l
+		if strings.TrimSpace(l) != "" {
+			line = l
+		}
 	}
 	if line == "ready" {
 		_ = child.Process.Release()
@@ -455,11 +570,11 @@ func serverArgs(args []string) []string {
 // openLog returns where the server logs and the log file's path: the
 // --log-file if given, else stderr in the foreground, else a file named
 // after the mountpoint in logDir, else syslog.
-func openLog(f mountFlags, mountpoint string) (*log.Logger, string, error) {
+func openLog(f mountFlags, mountpoint string, stderr io.Writer) (*log.Logger, string, error) {
 	path := f.logFile
 	if path == "" {
 		if f.foreground && f.readyFd < 0 {
-			return log.New(os.Stderr, "ztfs: ", log.LstdFlags), "", nil
+			return log.New(stderr, "ztfs: ", log.LstdFlags), "", nil
 		}
 		path = defaultLogPath(mountpoint)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -547,4 +662,38 @@ func publishState(s *session.Session, source, mountpoint, logPath string, logf f
 		closed = true
 		os.Remove(path)
 	}
+}
+
+// applySecrets gives the session the credentials passed with --secrets-fd,
+// in place of those of the environment.
+func applySecrets(so *session.Options, s secrets.Set) {
+	if s.HTTPAuthorization != "" {
+		so.Remote.Authorization = s.HTTPAuthorization
+	}
+	if s.AWSAccessKeyID != "" || s.AWSSecretAccessKey != "" {
+		so.S3.Credentials = &source.S3Credentials{AccessKeyID: s.AWSAccessKeyID, SecretAccessKey: s.AWSSecretAccessKey, SessionToken: s.AWSSessionToken}
+	}
+	if s.HFToken != "" {
+		so.HF.Token = s.HFToken
+	}
+}
+
+// withSourceHint adds to err the advice of the source's error (a refused
+// connection, a certificate, credentials), if it has one.
+func withSourceHint(err error) error {
+	h := source.ErrorHint(err)
+	if h == "" {
+		return err
+	}
+	var hinted *hintedError
+	if errors.As(err, &hinted) {
+		for _, have := range hinted.hints {
+			if have == h {
+				return err
+			}
+		}
+		hinted.hints = append(hinted.hints, h)
+		return err
+	}
+	return &hintedError{err, []string{h}}
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -19,10 +22,13 @@ func newUnmountCommand() *cobra.Command {
 		// -z is its one flag: the Use line names it.
 		DisableFlagsInUseLine: true,
 		Short:                 "Unmount ztfs mounts",
-		Long: `Unmount the ztfs mount at each MOUNTPOINT; its server then exits. A mount
-whose server has died is cleaned up as well. With -z a busy mount is detached
-at once and goes away when its last user does. Each mountpoint that cannot
-be unmounted is reported; the exit status is then that of the first failure.`,
+		Long: `Unmount the ztfs mount at each MOUNTPOINT, and wait (a few seconds at
+most) for its server to exit. A mount whose server has died is cleaned up as
+well. A mount busy with reads that wait on a remote server that does not
+answer has those reads fail first (EIO), so that their readers can let go.
+With -z a busy mount is detached at once and goes away when its last user
+does. Each mountpoint that cannot be unmounted is reported; the exit status
+is then that of the first failure.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runUnmounts(args, lazy)
@@ -62,7 +68,22 @@ func runUnmount(mountpoint string, lazy bool) error {
 		return withCode(exitNotMount, fmt.Errorf("%s: not a ztfs mount (type %s)", mountpoint, fstype))
 	}
 	dead := serverGone(abs)
-	if err := unmount(abs, lazy); err != nil {
+	pid := 0
+	if !dead {
+		pid = serverOf(abs)
+	}
+	err = unmount(abs, lazy)
+	if errors.Is(err, syscall.EBUSY) && pid > 0 {
+		// Readers waiting on a remote server that does not answer keep
+		// the mount busy: their server fails those reads now (SIGUSR1),
+		// and readers that let go free the mount.
+		syscall.Kill(pid, syscall.SIGUSR1)
+		for start := time.Now(); errors.Is(err, syscall.EBUSY) && time.Since(start) < busyRetry; {
+			time.Sleep(50 * time.Millisecond)
+			err = unmount(abs, lazy)
+		}
+	}
+	if err != nil {
 		if errors.Is(err, syscall.EBUSY) {
 			return withCode(exitError, fmt.Errorf("%s: busy (a process is using it); use -z to detach it lazily", mountpoint))
 		}
@@ -71,7 +92,59 @@ func runUnmount(mountpoint string, lazy bool) error {
 	if dead {
 		fmt.Fprintf(os.Stderr, "ztfs: %s: its server had exited; the stale mount is removed\n", mountpoint)
 	}
+	if pid > 0 && !lazy {
+		waitExit(pid, serverExitWait)
+	}
 	return nil
+}
+
+// serverExitWait bounds how long unmount waits for the server of the mount
+// to exit: it closes its sources, which cancels what it waits for.
+const serverExitWait = 5 * time.Second
+
+// waitExit waits until process pid has exited (or is a zombie), for at
+// most d.
+func waitExit(pid int, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+	}
+}
+
+// serverOf returns the pid of the server of the mount at mountpoint (an
+// absolute path, symbolic links resolved), from the state file it
+// publishes, once /proc shows that process to be a ztfs mount serving
+// that mountpoint; else 0.
+func serverOf(mountpoint string) int {
+	st, err := readState(statePath(mountpoint))
+	if err != nil || st.PID <= 0 {
+		return 0
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.PID))
+	if err != nil {
+		return 0
+	}
+	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", st.PID))
+	if err != nil {
+		return 0
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if len(args) < 3 || !slices.Contains(args[1:], "mount") {
+		return 0
+	}
+	for _, a := range args[2:] {
+		if !filepath.IsAbs(a) {
+			a = filepath.Join(cwd, a)
+		}
+		if resolvePath(a) == mountpoint {
+			return st.PID
+		}
+	}
+	return 0
 }
 
 // unmount asks the kernel directly when allowed, else fusermount3.

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,10 +57,21 @@ type Options struct {
 	// on reading whatever the source file holds, since no code of ztfs runs
 	// for its reads.
 	Passthrough bool
+	// OnGone, if set, runs once, on a goroutine of the mount, when the
+	// kernel has ended the mount (unmounted, or detached and its last file
+	// closed) while requests that may wait on a source are still being
+	// answered: such a request waiting on what does not come (a remote
+	// server that stalls) would keep the server's Wait from returning, and
+	// its process alive. OnGone must make them return (a session closes
+	// its remote sources). Only Mount uses it.
+	OnGone func()
 
 	// onRead, if set, is called with every file read the server answers:
 	// tests count them.
 	onRead func(*tree.Node)
+	// busy counts the requests being answered that may wait on a source:
+	// reads, and the sizes of files that a decode learns.
+	busy *atomic.Int64
 	// tree is the tree served, for statfs.
 	tree *tree.Tree
 }
@@ -72,7 +85,38 @@ type node struct {
 }
 
 type dirNode struct{ node }
-type fileNode struct{ node }
+
+type fileNode struct {
+	node
+	// failed holds the reads of the file that failed in the last
+	// failMemory, at most maxFailed of them; nFailed is their count, so
+	// that a read of a file with none takes no lock.
+	failedMu sync.Mutex
+	failed   []failedRead
+	nFailed  atomic.Int32
+}
+
+// failedRead is a range whose read failed, and when.
+type failedRead struct {
+	off, end int64
+	at       time.Time
+}
+
+// maxFailed bounds the failed reads a file remembers: the requests a
+// reader's read-ahead had in flight.
+const maxFailed = 16
+
+// failMemory is how long a read that failed slowly (after slowFailure or
+// more) is failed again at once: the kernel reads a page whose read failed
+// once more, at once (the read-ahead's request failed, then its own read
+// of the page), and that read must not wait again for what the first
+// waited for (a remote server that does not answer: --retry-for). A read
+// that failed quickly (a disk's error) is tried again: the fault may be
+// gone.
+const (
+	failMemory  = 2 * time.Second
+	slowFailure = 500 * time.Millisecond
+)
 
 var (
 	_ fs.NodeLookuper  = (*dirNode)(nil)
@@ -101,6 +145,7 @@ func newRoot(t *tree.Tree, opts Options) *dirNode {
 		opts.Logf = func(string, ...any) {}
 	}
 	opts.tree = t
+	opts.busy = new(atomic.Int64)
 	return &dirNode{node{tn: t.Root, opts: &opts, pt: newPassthrough(opts.Passthrough)}}
 }
 
@@ -208,6 +253,8 @@ func (d *dirNode) fill(a *fuse.Attr) {
 // fillFile sets a file's attributes; where names it for the log. The size
 // may need a decode the first time.
 func (n *node) fillFile(a *fuse.Attr, where func() string) syscall.Errno {
+	n.opts.busy.Add(1)
+	defer n.opts.busy.Add(-1)
 	size, err := n.tn.Reader.Size()
 	if err != nil {
 		n.opts.Logf("%s: %v", where(), err)
@@ -237,7 +284,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		cd.fill(&out.Attr)
 		return d.NewInode(ctx, cd, fs.StableAttr{Mode: fuse.S_IFDIR, Ino: child.ID}), 0
 	}
-	cf := &fileNode{node{tn: child, opts: d.opts, pt: d.pt}}
+	cf := &fileNode{node: node{tn: child, opts: d.opts, pt: d.pt}}
 	if errno := cf.fillFile(&out.Attr, func() string { return d.Path(nil) + "/" + name }); errno != 0 {
 		return nil, errno
 	}
@@ -323,6 +370,8 @@ func spliceFitsPipe(off, n, maxPipe int64) bool {
 }
 
 func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	f.opts.busy.Add(1)
+	defer f.opts.busy.Add(-1)
 	if f.opts.onRead != nil {
 		f.opts.onRead(f.tn)
 	}
@@ -348,7 +397,11 @@ func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	if off >= size || len(dest) == 0 {
 		return fuse.ReadResultData(nil), 0
 	}
+	if f.failedAt(off) {
+		return nil, syscall.EIO
+	}
 	n := min(int64(len(dest)), size-off)
+	start := time.Now()
 	if spanner, ok := r.(pipeline.FileSpanner); ok {
 		if span, ok := spanner.FileSpan(off, n); ok {
 			if SpliceFits(span.Off, n) {
@@ -369,9 +422,53 @@ func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 	slices, release, err := pipeline.ReadSlices(r, off, n, dest)
 	if err != nil {
 		f.opts.Logf("%s: read of %d bytes at %d: %v", f.Path(nil), n, off, err)
+		if now := time.Now(); now.Sub(start) >= slowFailure {
+			f.remember(failedRead{off: off, end: off + n, at: now})
+		}
 		return nil, syscall.EIO
 	}
 	return &lentRead{slices: slices, release: release}, 0
+}
+
+// failedAt reports whether a read at off failed in the last failMemory.
+func (f *fileNode) failedAt(off int64) bool {
+	if f.nFailed.Load() == 0 {
+		return false
+	}
+	f.failedMu.Lock()
+	defer f.failedMu.Unlock()
+	f.forgetLocked()
+	for _, fr := range f.failed {
+		if off >= fr.off && off < fr.end {
+			return true
+		}
+	}
+	return false
+}
+
+// remember records a failed read.
+func (f *fileNode) remember(fr failedRead) {
+	f.failedMu.Lock()
+	defer f.failedMu.Unlock()
+	f.forgetLocked()
+	if len(f.failed) == maxFailed {
+		f.failed = f.failed[1:]
+	}
+	f.failed = append(f.failed, fr)
+	f.nFailed.Store(int32(len(f.failed)))
+}
+
+// forgetLocked drops the failures older than failMemory; failedMu is held.
+func (f *fileNode) forgetLocked() {
+	i := 0
+	for i < len(f.failed) && time.Since(f.failed[i].at) >= failMemory {
+		i++
+	}
+	f.failed = f.failed[i:]
+	if len(f.failed) == 0 {
+		f.failed = nil
+	}
+	f.nFailed.Store(int32(len(f.failed)))
 }
 
 // lentRead is a reply of slices lent by the pipeline, which go-fuse writes

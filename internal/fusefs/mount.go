@@ -46,6 +46,10 @@ const cacheTimeout = time.Hour
 // 1 MiB requests (copied), 0.24-0.25 s with these.
 const MaxRequest = 1<<20 - 8<<10
 
+// maxBackground is how many background requests (read-ahead) the kernel
+// sends at once; at three quarters of it, the kernel stops reading ahead.
+const maxBackground = 128
+
 // Mount serves t read-only at mountpoint and returns once the mount is
 // ready. The caller waits for it with Server.Wait and ends it with
 // Server.Unmount. When t has files that are a whole source file, Mount logs
@@ -64,6 +68,14 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		Logger:     mo.DebugLog,
 		Options:    []string{"ro", "default_permissions"},
 		MaxWrite:   MaxRequest,
+		// Reads through the page cache (read-ahead, memory maps) reach the
+		// server as background requests, of which the kernel sends
+		// MaxBackground at once and queues the rest: with its default of
+		// 12, a few readers whose requests wait on a remote server that
+		// stalls held up every other reader of the mount, even of bytes
+		// at hand, until theirs failed (16 readers, each with a 4 MiB
+		// read-ahead, have up to 64 requests in flight).
+		MaxBackground: maxBackground,
 		// As root the kernel can be asked directly, with no fusermount3
 		// needed; others go through fusermount3.
 		DirectMount:      os.Geteuid() == 0,
@@ -99,7 +111,48 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 			mo.Logf("read-ahead left at the kernel's default: %v", err)
 		}
 	}
+	if opts.OnGone != nil {
+		done := make(chan struct{})
+		go func() {
+			server.Wait()
+			close(done)
+		}()
+		go watchGone(root, done, opts.OnGone)
+	}
 	return server, nil
+}
+
+// goneInterval is how often a mount with requests in flight asks the
+// kernel whether it still has the mount.
+const goneInterval = 250 * time.Millisecond
+
+// watchGone runs onGone once the kernel no longer has the mount of root
+// while requests that may wait on a source are in flight (see
+// Options.OnGone), and returns then, or when done is closed (the server's
+// Wait returned). go-fuse's Wait waits for every request being answered,
+// and no request of a mount that is gone is answered to anyone: the
+// kernel has failed them all. Whether the mount is there is asked with a
+// notification that invalidates the root's attributes: the kernel answers
+// ENOENT once the mount is gone, since a mount always knows its root.
+func watchGone(root *dirNode, done <-chan struct{}, onGone func()) {
+	t := time.NewTicker(goneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		if root.opts.busy.Load() == 0 {
+			continue
+		}
+		switch root.NotifyContent(-1, 0) {
+		case syscall.ENOENT, syscall.ENODEV, syscall.ENOTCONN, syscall.EBADF:
+			root.opts.Logf("the mount is gone with %d requests still waiting: ending them", root.opts.busy.Load())
+			onGone()
+			return
+		}
+	}
 }
 
 // SetReadAhead sets the kernel's read-ahead for the mount at mountpoint.

@@ -50,8 +50,8 @@ type Options struct {
 	// Remote configures the sources that are http:// or https:// URLs;
 	// its Logf defaults to Logf.
 	Remote source.HTTPOptions
-	// S3 configures the sources that are s3:// URLs; its Logf, RetryFor,
-	// Parallel and MaxAhead default to Remote's.
+	// S3 configures the sources that are s3:// URLs; its Logf, Notef,
+	// RetryFor, Parallel and MaxAhead default to Remote's.
 	S3 source.S3Options
 	// HF configures the sources that are hf:// URLs (the Hugging Face
 	// Hub): its endpoint, token and local cache come from the caller
@@ -127,6 +127,12 @@ func Open(path string, opts Options) (*Session, error) {
 	s3.RetryFor, hf.RetryFor = cmp.Or(s3.RetryFor, h.RetryFor), cmp.Or(hf.RetryFor, h.RetryFor)
 	s3.Parallel, hf.Parallel = cmp.Or(s3.Parallel, h.Parallel), cmp.Or(hf.Parallel, h.Parallel)
 	s3.MaxAhead, hf.MaxAhead = cmp.Or(s3.MaxAhead, h.MaxAhead), cmp.Or(hf.MaxAhead, h.MaxAhead)
+	if s3.Notef == nil {
+		s3.Notef = h.Notef
+	}
+	if hf.Notef == nil {
+		hf.Notef = h.Notef
+	}
 	if opts.CacheDir != "" && source.IsRemote(path) {
 		disk, err := source.OpenDiskCache(opts.CacheDir, opts.CacheDirSize)
 		if err != nil {
@@ -142,7 +148,7 @@ func Open(path string, opts Options) (*Session, error) {
 	// read fails the open rather than every later read. A remote source's
 	// reads of its index were pinned to the version opened, so it asks its
 	// server only if no reply confirmed the version in the last second.
-	if err := s.CheckOpen(); err != nil {
+	if err := s.checkIndexed(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -432,13 +438,30 @@ func (s *Session) CheckNow() error {
 
 // CheckOpen is the check of a file's open in a mount: CheckNow for local
 // files, whose check is a stat, and Check for remote ones, whose check is
-// a round trip (at most one a second) and whose every read is pinned to the
-// version opened anyway.
+// a round trip (at most one a second, in the background: an open never
+// waits for a server) and whose every read is pinned to the version opened
+// anyway.
 func (s *Session) CheckOpen() error {
 	for _, src := range s.opened() {
 		check := src.Check
 		if _, local := src.(*source.File); local {
 			check = src.CheckNow
+		}
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkIndexed is the check that ends an open: CheckNow for local files,
+// and for remote ones a check that waits for the server's answer when no
+// reply confirmed the version in the last second.
+func (s *Session) checkIndexed() error {
+	for _, src := range s.opened() {
+		check := src.CheckNow
+		if r, ok := src.(interface{ CheckStale() error }); ok {
+			check = r.CheckStale
 		}
 		if err := check(); err != nil {
 			return err
@@ -481,8 +504,33 @@ func (s *Session) ModTime() time.Time {
 	return t
 }
 
-// Close releases the pipeline and the source files.
+// Interrupt fails the reads now waiting on a remote server, at once
+// (source.Interrupter); the session serves on, and later reads wait as
+// usual.
+func (s *Session) Interrupt() {
+	for _, src := range s.opened() {
+		if i, ok := src.(source.Interrupter); ok {
+			i.Interrupt()
+		}
+	}
+}
+
+// CloseRemote closes the remote sources now, reads in progress or not:
+// the reads waiting on their servers fail at once, as do later reads of
+// bytes not at hand. A server whose mount is gone, or that stops, calls it
+// so that no read keeps it waiting; Close closes the rest.
+func (s *Session) CloseRemote() {
+	for _, src := range s.opened() {
+		if i, ok := src.(source.Interrupter); ok {
+			i.Close()
+		}
+	}
+}
+
+// Close releases the pipeline and the source files. The remote sources
+// are closed first, so that no decode in progress waits on a server.
 func (s *Session) Close() error {
+	s.CloseRemote()
 	if s.Pipeline != nil {
 		s.Pipeline.Close()
 	}

@@ -92,7 +92,7 @@ func hfStart(ctx context.Context, rawURL string, o *Options, resolve bool) (hfRe
 	if resolve || !ref.pinned() {
 		sha, err := h.resolveRevision(ctx, ref)
 		if err != nil {
-			h.cancel()
+			h.cancel(errClosed)
 			h.closeIdle()
 			return ref, nil, err
 		}
@@ -110,7 +110,7 @@ func statHF(ctx context.Context, rawURL string, o *Options) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	defer h.cancel()
+	defer h.cancel(errClosed)
 	defer h.closeIdle()
 	if ref.path == "" {
 		return Entry{URL: ref.String(), Folder: true, Size: -1}, nil
@@ -142,7 +142,7 @@ func listHF(ctx context.Context, rawURL string, o *Options) (*Listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer h.cancel()
+	defer h.cancel(errClosed)
 	defer h.closeIdle()
 	files, err := h.list(ctx, ref, ref.path)
 	if err != nil {
@@ -352,10 +352,10 @@ func (s *HF) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure)
 
 // check asks the Hub, with a HEAD of the resolve URL (not followed),
 // whether the file is still the version pinned, for CheckNow.
-func (s *HF) check(ctx context.Context) string {
+func (s *HF) check(ctx context.Context) (string, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, s.resolve, nil)
 	if err != nil {
-		return ""
+		return "", false
 	}
 	if s.hub.token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.hub.token)
@@ -363,25 +363,25 @@ func (s *HF) check(ctx context.Context) string {
 	resp, err := s.hub.client.Do(req)
 	if err != nil {
 		s.logf("%s: check: %s", s.name, s.hub.transportFailure(err, ctx).reason)
-		return ""
+		return "", false
 	}
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-		return fmt.Sprintf("%d %s: no longer there", resp.StatusCode, http.StatusText(resp.StatusCode))
+		return fmt.Sprintf("%d %s: no longer there", resp.StatusCode, http.StatusText(resp.StatusCode)), true
 	case resp.StatusCode/100 != 2 && resp.StatusCode/100 != 3:
 		s.logf("%s: check: %d %s", s.name, resp.StatusCode, http.StatusText(resp.StatusCode))
-		return ""
+		return "", statusFailure(resp.StatusCode).kind != transient
 	}
 	if f := s.pinFailure(resp); f != nil && f.kind == changed {
-		return f.reason
+		return f.reason, true
 	}
 	if resp.StatusCode/100 == 2 && resp.Header.Get("X-Linked-Size") == "" {
 		if n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64); err == nil && n != s.size {
-			return fmt.Sprintf("size %d, was %d", n, s.size)
+			return fmt.Sprintf("size %d, was %d", n, s.size), true
 		}
 	}
-	return ""
+	return "", true
 }
 
 // classify describes an error of reading a reply's body.

@@ -72,7 +72,7 @@ func newHubClient(name string, opts HFOptions) (*hubClient, error) {
 	}
 	h := &hubClient{endpoint: u, token: opts.Token, pageSize: opts.PageSize}
 	h.remote = newRemote(name, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
-		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf})
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef})
 	if h.token != "" {
 		h.secret = append(h.secret, h.token)
 	}
@@ -132,7 +132,7 @@ func (h *hubClient) send(ctx context.Context, method, target string, header http
 		resp, err := h.client.Do(req)
 		if err != nil {
 			if h.opening {
-				return nil, openFailure(h.transportFailure(err, ctx), err)
+				return nil, openFailure(h.transportFailure(err, ctx), err, u.Host, "")
 			}
 			return nil, h.transportFailure(err, ctx)
 		}
@@ -280,31 +280,39 @@ func rateLimitWait(h http.Header) time.Duration {
 func (h *hubClient) getJSON(ctx context.Context, target string, ref hfRef, what string, v any) (string, error) {
 	var link string
 	var hubErr *HubError
-	f := h.retry(ctx, "GET "+what, func(ctx context.Context, deadline time.Time) (bool, *failure) {
-		actx, cancel := context.WithDeadline(ctx, deadline)
+	// The whole request, its retries included, waits RetryFor at most;
+	// each attempt the stall timeout.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.retryFor)
+		defer cancel()
+	}
+	deadline, _ := ctx.Deadline()
+	f := h.retry(ctx, "GET "+what, func(ctx context.Context) *failure {
+		actx, cancel := context.WithTimeout(ctx, h.stall)
 		defer cancel()
 		resp, f := h.send(actx, http.MethodGet, target, http.Header{"Accept": {"application/json"}}, nil)
 		if f != nil {
-			return false, f
+			return f
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			f, he := h.hubFailure(actx, resp, deadline, ref, what)
 			hubErr = he
-			return false, f
+			return f
 		}
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxHFPage+1))
 		if err != nil {
-			return false, h.transportFailure(err, actx)
+			return h.transportFailure(err, actx)
 		}
 		if len(body) > maxHFPage {
-			return false, &failure{kind: fatal, reason: fmt.Sprintf("a reply of more than %d MiB", maxHFPage>>20)}
+			return &failure{kind: fatal, reason: fmt.Sprintf("a reply of more than %d MiB", maxHFPage>>20)}
 		}
 		if err := json.Unmarshal(body, v); err != nil {
-			return false, &failure{kind: fatal, reason: "the Hub's reply is not the JSON expected: " + h.scrub(err.Error())}
+			return &failure{kind: fatal, reason: "the Hub's reply is not the JSON expected: " + h.scrub(err.Error())}
 		}
 		link = resp.Header.Get("Link")
-		return false, nil
+		return nil
 	})
 	if f != nil {
 		if hubErr != nil && f.kind == fatal {

@@ -40,6 +40,8 @@ type HFOptions struct {
 	MaxAhead  int64
 	Disk      *DiskCache
 	Logf      func(format string, args ...any)
+	// Notef is as HTTPOptions' (the open's retries, for the user).
+	Notef func(msg string)
 	// PageSize, if not 0, asks listings for pages of at most this many
 	// entries (limit=); 0 leaves it to the Hub.
 	PageSize int

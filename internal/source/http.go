@@ -32,8 +32,8 @@ type HTTPOptions struct {
 	// 10), the proxy from the environment (HTTPS_PROXY, NO_PROXY), and the
 	// system's roots (SSL_CERT_FILE and SSL_CERT_DIR are honoured).
 	Client *http.Client
-	// RetryFor bounds how long one read (or the open) retries transient
-	// failures without receiving a byte: 0 means 60 s.
+	// RetryFor bounds how long one read (or the open) may wait for the
+	// server, retries of transient failures included: 0 means 60 s.
 	RetryFor time.Duration
 	// BlockSize is the granularity of fetches: 0 means 1 MiB.
 	BlockSize int64
@@ -52,6 +52,15 @@ type HTTPOptions struct {
 	// Logf, if not nil, is told of retries, failures and changes, in lines
 	// that name the URL without its credentials.
 	Logf func(format string, args ...any)
+	// Notef, if not nil, is told of each retry of the open, in a line for
+	// the user waiting for it ("retrying: 503 Service Unavailable (attempt
+	// 2; giving up in 58s)").
+	Notef func(msg string)
+	// Authorization, if not "", is sent as the Authorization header of
+	// every request; "" means $ZTFS_HTTP_AUTHORIZATION (AuthorizationVar)
+	// if set, else the URL's user and password, else the host's entry in
+	// ~/.netrc ($NETRC).
+	Authorization string
 }
 
 // HTTPStatusError is a reply at open that says the object cannot be read:
@@ -59,11 +68,16 @@ type HTTPOptions struct {
 type HTTPStatusError struct {
 	URL  string // without credentials or query (Redact)
 	Code int
+	// Advice, if not "", says what to do about it (Hint).
+	Advice string
 }
 
 func (e *HTTPStatusError) Error() string {
 	return fmt.Sprintf("%s: %d %s", e.URL, e.Code, http.StatusText(e.Code))
 }
+
+// Hint says what to do about the status.
+func (e *HTTPStatusError) Hint() string { return e.Advice }
 
 // IsURL reports whether arg is an http:// or https:// URL (in any case).
 func IsURL(arg string) bool {
@@ -98,7 +112,10 @@ func Redact(rawURL string) string {
 // requests: a model hub, a CDN, a plain web server.
 //
 // Open costs one HEAD (or, where HEAD is refused with 405 or 501, or its
-// reply lacks a length or Accept-Ranges, one GET of the first byte). The
+// reply lacks a length or Accept-Ranges, one GET of the first byte). What
+// no retry mends (a refused connection, a host with no address, a TLS
+// failure, a 4xx, a folder's page) fails it at once, with a hint
+// (ErrorHint). The
 // reply gives the size (Content-Length, or a Content-Range total) and the
 // version: a strong ETag, else Last-Modified. A server that does not
 // honour ranges is refused at open, and a 4xx (401, 403, 404, ...) is an
@@ -127,11 +144,12 @@ func Redact(rawURL string) string {
 //
 // Transient failures (5xx, 408, 429, a connection reset or closed in the
 // middle of a body, a short body, a timeout) are retried with exponential
-// backoff and full jitter (from 100 ms up to 5 s) until RetryFor passes
-// without a byte received (a request that gets no reply is canceled when
-// it does); a retry asks only for the bytes still missing.
-// Then the read fails with an error naming the URL, the range and the
-// last reason. A 200 to a range request is an error, never taken as the
+// backoff and full jitter (from 100 ms up to 5 s); a request that receives
+// nothing for StallTimeout(RetryFor) is canceled and sent again, and a
+// retry asks only for the bytes still missing. A read waits at most
+// RetryFor for all of it, and for a request slot or another read's
+// request (remote.go has the bound); then it fails with an error naming
+// the URL, the range and the last reason. A 200 to a range request is an error, never taken as the
 // bytes asked for, and no reply body is read past the range asked.
 //
 // The URL's user and password are sent as basic authentication, or the
@@ -168,7 +186,7 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 	}
 	s := &HTTP{client: opts.Client}
 	s.remote = newRemote(name, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
-		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf})
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef})
 	if u.User != nil {
 		user := u.User.Username()
 		pass, _ := u.User.Password()
@@ -179,7 +197,9 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 		}
 		u.User = nil
 	}
-	if v := os.Getenv(AuthorizationVar); v != "" {
+	if opts.Authorization != "" {
+		s.auth = opts.Authorization
+	} else if v := os.Getenv(AuthorizationVar); v != "" {
 		s.auth = v
 	} else if s.auth == "" {
 		s.auth = netrcAuthorization(u.Hostname())
@@ -226,45 +246,45 @@ func (s *HTTP) Version() string {
 // check asks the server with a HEAD (or, where HEAD is refused, a pinned
 // GET of the first byte) whether the file is still the version opened
 // (ETag, Last-Modified, size), for CheckNow.
-func (s *HTTP) check(ctx context.Context) string {
+func (s *HTTP) check(ctx context.Context) (string, bool) {
 	resp, err := s.do(ctx, http.MethodHead, "", false)
 	if err != nil {
 		s.logf("%s: check: %s", s.name, s.reason(err, ctx))
-		return ""
+		return "", false
 	}
 	resp.Body.Close()
 	if (resp.StatusCode == http.StatusMethodNotAllowed || resp.StatusCode == http.StatusNotImplemented) && s.size > 0 {
 		// No HEAD here: the first byte, pinned, answers as well.
 		if resp, err = s.do(ctx, http.MethodGet, "bytes=0-0", true); err != nil {
 			s.logf("%s: check: %s", s.name, s.reason(err, ctx))
-			return ""
+			return "", false
 		}
 		resp.Body.Close()
 		f := checkReply(resp.StatusCode, resp.Header.Get("Content-Range"), -1, resp.Header.Get("ETag"), 0, 0, s.size, s.etag)
 		if f != nil && f.kind == changed {
-			return f.reason
+			return f.reason, true
 		} else if f != nil {
 			s.logf("%s: check: %s", s.name, f.reason)
 		}
-		return ""
+		return "", f == nil || f.kind != transient
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-		return fmt.Sprintf("%d %s: no longer there", resp.StatusCode, http.StatusText(resp.StatusCode))
+		return fmt.Sprintf("%d %s: no longer there", resp.StatusCode, http.StatusText(resp.StatusCode)), true
 	case resp.StatusCode/100 != 2:
 		s.logf("%s: check: %d %s", s.name, resp.StatusCode, http.StatusText(resp.StatusCode))
-		return ""
+		return "", statusFailure(resp.StatusCode).kind != transient
 	}
 	if etag := resp.Header.Get("ETag"); s.etag != "" && etag != "" && etag != s.etag {
-		return fmt.Sprintf("ETag %s, was %s", etag, s.etag)
+		return fmt.Sprintf("ETag %s, was %s", etag, s.etag), true
 	}
 	if lm := resp.Header.Get("Last-Modified"); s.etag == "" && s.lastMod != "" && lm != "" && lm != s.lastMod {
-		return fmt.Sprintf("Last-Modified %s, was %s", lm, s.lastMod)
+		return fmt.Sprintf("Last-Modified %s, was %s", lm, s.lastMod), true
 	}
 	if n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64); err == nil && n != s.size {
-		return fmt.Sprintf("size %d, was %d", n, s.size)
+		return fmt.Sprintf("size %d, was %d", n, s.size), true
 	}
-	return ""
+	return "", true
 }
 
 // close closes the idle connections of a client made here.
@@ -301,8 +321,8 @@ func (s *HTTP) do(ctx context.Context, method, rangeHeader string, pinned bool) 
 
 // reason describes a failed request without the URL or the credentials.
 func (s *HTTP) reason(err error, ctx context.Context) string {
-	if s.ctx.Err() != nil {
-		return "source closed"
+	if cause := context.Cause(ctx); errors.Is(cause, errClosed) || errors.Is(cause, errInterrupted) {
+		return cause.Error()
 	}
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return "no reply in time"
@@ -321,28 +341,60 @@ func (s *HTTP) reason(err error, ctx context.Context) string {
 // transportFailure classifies an error of the client: a certificate the
 // client does not trust fails at once, anything else is retried.
 func (s *HTTP) transportFailure(err error, ctx context.Context) *failure {
-	f := &failure{kind: transient, reason: s.reason(err, ctx)}
-	var (
-		verify    *tls.CertificateVerificationError
-		authority x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-	)
-	if errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &hostname) || errors.As(err, &invalid) {
-		f.kind = fatal
+	f := &failure{kind: transient, reason: s.reason(err, ctx), err: err}
+	if hint := certificateHint(err); hint != "" {
+		f.kind, f.hint = fatal, hint
 	}
 	return f
 }
 
-// openFailure makes f, the failure of a request at open, final when the
-// host has no address or refuses connections: nothing is mounted yet, and
-// a mistyped host or a server that is down should be told at once rather
-// than after RetryFor. Once open, the same failures are retried: a server
-// restarting comes back.
-func openFailure(f *failure, err error) *failure {
+// certificateHint returns what to do about a server certificate the
+// client does not trust, or "" when err is not that.
+func certificateHint(err error) string {
+	var (
+		authority x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.As(err, &authority):
+		return "the server's certificate is signed by an authority this system does not trust: SSL_CERT_FILE=ca.pem adds that authority (its certificate, PEM)"
+	case errors.As(err, &hostname):
+		return "the server's certificate is not for the host in the URL: use a name it is for (" + hostname.Error() + ")"
+	case errors.As(err, &invalid):
+		return "the server's certificate is not valid (" + invalid.Error() + ")"
+	case errors.As(err, &verify):
+		return "the server's certificate could not be verified: SSL_CERT_FILE=ca.pem adds an authority"
+	}
+	return ""
+}
+
+// openFailure makes f, the failure of a request at open, final when
+// retrying cannot help, with a hint: a host with no address, a refused
+// connection, a TLS handshake with a server that speaks plain HTTP.
+// Nothing is mounted yet, and a mistyped URL or a server that is down
+// should be told at once rather than after RetryFor. Once open, the same
+// failures are retried: a server restarting comes back. host is the
+// server's host:port; endpoint, when not "", says where the user set it
+// (an S3 endpoint's environment variable and value).
+func openFailure(f *failure, err error, host, endpoint string) *failure {
 	var dns *net.DNSError
-	if (errors.As(err, &dns) && dns.IsNotFound) || errors.Is(err, syscall.ECONNREFUSED) {
+	var record tls.RecordHeaderError
+	where := ""
+	if endpoint != "" {
+		where = " (" + endpoint + ")"
+	}
+	switch {
+	case errors.As(err, &dns) && dns.IsNotFound:
+		f.kind, f.hint = fatal, fmt.Sprintf("the host %s%s has no address: is its name right?", dns.Name, where)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		f.kind, f.hint = fatal, fmt.Sprintf("nothing listens at %s%s: is the server running, on that port?", host, where)
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		f.kind, f.hint = fatal, fmt.Sprintf("no route to %s%s: is the network up?", host, where)
+	case errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &record):
 		f.kind = fatal
+		f.hint = fmt.Sprintf("the server at %s%s speaks plain HTTP, not TLS: use http:// rather than https://", host, where)
 	}
 	return f
 }
@@ -358,73 +410,105 @@ func statusFailure(code int) *failure {
 
 // open learns the size and version of the file and that its server
 // honours ranges: a HEAD, or a GET of the first byte where the HEAD does
-// not tell.
+// not tell. It retries for RetryFor at most, each attempt for the stall
+// timeout.
 func (s *HTTP) open(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.retryFor)
+	defer cancel()
+	u, _ := url.Parse(s.target)
+	host := u.Host
 	probe := false
-	f := s.retry(ctx, "HEAD", func(ctx context.Context, deadline time.Time) (bool, *failure) {
-		actx, cancel := context.WithDeadline(ctx, deadline)
+	var page string // why the URL looks like a folder's page, or ""
+	f := s.retry(ctx, "HEAD", func(ctx context.Context) *failure {
+		actx, cancel := context.WithTimeout(ctx, s.stall)
 		defer cancel()
 		resp, err := s.do(actx, http.MethodHead, "", false)
 		if err != nil {
-			return false, openFailure(s.transportFailure(err, actx), err)
+			return openFailure(s.transportFailure(err, actx), err, host, "")
 		}
 		resp.Body.Close()
+		page = folderPage(u, resp)
 		switch code := resp.StatusCode; {
 		case code == http.StatusMethodNotAllowed || code == http.StatusNotImplemented:
 			probe = true
-			return false, nil
+			return nil
 		case code/100 != 2:
-			return false, statusFailure(code)
+			return statusFailure(code)
 		}
 		n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
 		if err != nil || n < 0 || !strings.Contains(strings.ToLower(resp.Header.Get("Accept-Ranges")), "bytes") {
 			probe = true
-			return false, nil
+			return nil
 		}
 		s.size = n
 		s.setVersion(resp.Header)
-		return false, nil
+		return nil
 	})
 	if f == nil && probe {
-		f = s.retry(ctx, "GET bytes=0-0", func(ctx context.Context, deadline time.Time) (bool, *failure) {
-			actx, cancel := context.WithDeadline(ctx, deadline)
+		f = s.retry(ctx, "GET bytes=0-0", func(ctx context.Context) *failure {
+			actx, cancel := context.WithTimeout(ctx, s.stall)
 			defer cancel()
 			resp, err := s.do(actx, http.MethodGet, "bytes=0-0", false)
 			if err != nil {
-				return false, openFailure(s.transportFailure(err, actx), err)
+				return openFailure(s.transportFailure(err, actx), err, host, "")
 			}
 			defer resp.Body.Close()
+			page = folderPage(u, resp)
 			cr := resp.Header.Get("Content-Range")
 			switch resp.StatusCode {
 			case http.StatusPartialContent:
 				_, _, total, err := parseContentRange(cr)
 				if err != nil || total < 0 {
-					return false, &failure{kind: fatal, reason: fmt.Sprintf("reply to a range request with Content-Range %q", cr)}
+					return &failure{kind: fatal, reason: fmt.Sprintf("reply to a range request with Content-Range %q", cr)}
 				}
 				s.size = total
 			case http.StatusRequestedRangeNotSatisfiable:
 				// An empty file has no byte 0.
 				if first, _, total, err := parseContentRange(cr); err != nil || first >= 0 || total != 0 {
-					return false, &failure{kind: fatal, reason: fmt.Sprintf("416 to a request for byte 0, Content-Range %q", cr)}
+					return &failure{kind: fatal, reason: fmt.Sprintf("416 to a request for byte 0, Content-Range %q", cr)}
 				}
 				s.size = 0
 			case http.StatusOK:
-				return false, &failure{kind: fatal, reason: "the server does not honour range requests (200 to a request for byte 0)"}
+				if page != "" {
+					return &failure{kind: fatal, reason: page}
+				}
+				return &failure{kind: fatal, reason: "the server does not honour range requests (200 to a request for byte 0)"}
 			default:
-				return false, statusFailure(resp.StatusCode)
+				return statusFailure(resp.StatusCode)
 			}
 			s.setVersion(resp.Header)
-			return false, nil
+			return nil
 		})
 	}
-	if f != nil {
-		if f.code >= 400 {
-			s.logf("%s: %s", s.name, f.reason)
-			return &HTTPStatusError{URL: s.name, Code: f.code}
-		}
-		return fmt.Errorf("%s: %s", s.name, f.reason)
+	if f == nil {
+		return nil
 	}
-	return nil
+	switch {
+	case page != "":
+		f.hint = "a folder? HTTP has no listing: mount its index (" + strings.TrimSuffix(s.name, "/") + "/model.safetensors.index.json) or one of its files"
+	case f.code == http.StatusUnauthorized || f.code == http.StatusForbidden:
+		f.hint = "credentials are sent from $" + AuthorizationVar + " (the Authorization header, e.g. \"Bearer TOKEN\"), the URL's user:password@, or the host's entry in ~/.netrc ($NETRC)"
+	case f.code == http.StatusBadRequest && strings.EqualFold(u.Scheme, "http"):
+		f.hint = "is it an HTTPS server? use https://"
+	}
+	if f.code >= 400 {
+		s.logf("%s: %s", s.name, f.reason)
+		return &HTTPStatusError{URL: s.name, Code: f.code, Advice: f.hint}
+	}
+	return s.openError(f)
+}
+
+// folderPage says why resp, a reply to a request for target, is a
+// folder's page rather than a file, or "": the server redirected to the
+// folder (a path ending in /), or answered with an HTML page.
+func folderPage(target *url.URL, resp *http.Response) string {
+	if resp.Request != nil && resp.Request.URL != nil && strings.HasSuffix(resp.Request.URL.Path, "/") && !strings.HasSuffix(target.Path, "/") {
+		return "the server redirects to " + Redact(resp.Request.URL.String()) + ", a folder"
+	}
+	if ct := strings.ToLower(resp.Header.Get("Content-Type")); resp.StatusCode/100 == 2 && strings.HasPrefix(ct, "text/html") {
+		return "an HTML page (" + ct + "), not a file"
+	}
+	return ""
 }
 
 func (s *HTTP) setVersion(h http.Header) {

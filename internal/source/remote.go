@@ -3,9 +3,11 @@ package source
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,9 +15,21 @@ import (
 )
 
 // This file is what every remote source shares: the blocks kept in memory
-// (and on disk), read-ahead, the requests in flight, the retries and the
-// change state. HTTP and S3 differ only in how one ranged GET and one
-// version check are made: their transport.
+// (and on disk), read-ahead, the requests in flight, the retries, the
+// bound on every read and the change state. HTTP and S3 differ only in how
+// one ranged GET and one version check are made: their transport.
+//
+// The bound: a read (ReadAt) that needs bytes not at hand gets them within
+// RetryFor of its start, or fails, whatever it waits for on the way: its
+// own requests and their retries, a free request slot, a request another
+// read or the read-ahead made for the same block. Every wait carries the
+// read's deadline. A request that receives nothing for the stall timeout
+// (a quarter of RetryFor, at most 10 s) is abandoned and sent again, on
+// another connection. Once the server has sent nothing to anyone for RetryFor,
+// the source is in an outage: reads try for a short while only (the
+// outage budget), read-ahead stops, and a probe asks the server every few
+// seconds; the first answer ends the outage. Blocks at hand are served
+// throughout, with no request.
 
 const (
 	defaultRetryFor  = 60 * time.Second
@@ -29,11 +43,21 @@ const (
 	// check is a round trip, and every range request checks the version
 	// anyway.
 	remoteCheckInterval = time.Second
-	// checkTimeout bounds a CheckNow that gets no answer: no answer is not
-	// a change.
+	// checkTimeout bounds a check that gets no answer: no answer is not a
+	// change.
 	checkTimeout = 10 * time.Second
 	backoffStart = 100 * time.Millisecond
 	backoffCap   = 5 * time.Second
+	// maxStall bounds the stall timeout: a request that receives no byte
+	// for this long is abandoned and sent again. Replies of servers and
+	// CDNs start within a second or two; a connection silent for 10 s is a
+	// dead one (a server that hung, a NAT that dropped the flow).
+	maxStall = 10 * time.Second
+	minStall = 50 * time.Millisecond
+	// maxOutageBudget bounds how long a read tries while the server has
+	// sent nothing for RetryFor: long enough for a server that is back to
+	// answer, short enough that a reader is told within seconds.
+	maxOutageBudget = 2 * time.Second
 	// bodyChunk is how much of a reply body is read at a time, each read
 	// counting as progress.
 	bodyChunk = 256 << 10
@@ -66,6 +90,23 @@ const (
 	spareBuffers = 16
 )
 
+// StallTimeout is how long a request of a remote source with the given
+// RetryFor (0 for the default) may receive nothing before it is abandoned
+// and sent again: a quarter of RetryFor, at most 10 s.
+func StallTimeout(retryFor time.Duration) time.Duration {
+	if retryFor <= 0 {
+		retryFor = defaultRetryFor
+	}
+	return min(max(retryFor/4, minStall), maxStall)
+}
+
+// errInterrupted and errClosed are why a read's wait was cut short by
+// Interrupt or Close rather than by its deadline.
+var (
+	errInterrupted = errors.New("interrupted: the mount is being unmounted")
+	errClosed      = errors.New("source closed")
+)
+
 // remoteOptions are the options every remote source has.
 type remoteOptions struct {
 	RetryFor  time.Duration
@@ -74,6 +115,9 @@ type remoteOptions struct {
 	MaxAhead  int64
 	Disk      *DiskCache
 	Logf      func(format string, args ...any)
+	// Notef, if not nil, is told of each retry of the open, for a user
+	// waiting for it.
+	Notef func(msg string)
 }
 
 // transport makes the requests of one kind of remote source.
@@ -84,8 +128,9 @@ type transport interface {
 	get(ctx context.Context, from, end int64) (io.ReadCloser, *failure)
 	// check asks the server whether the object is still the version
 	// opened, and returns the reason of a change, or "" (a failure to get
-	// an answer is logged and is no change).
-	check(ctx context.Context) string
+	// an answer is logged and is no change). answered says whether the
+	// server answered at all.
+	check(ctx context.Context) (reason string, answered bool)
 	// classify describes an error of the transport (reading a body).
 	classify(err error, ctx context.Context) *failure
 	// close releases the transport's connections it owns.
@@ -98,27 +143,40 @@ type remote struct {
 	name   string   // the URL without credentials
 	secret []string // never in a message
 	logf   func(string, ...any)
+	notef  func(string)
 	tr     transport
 
 	retryFor  time.Duration
+	stall     time.Duration // StallTimeout(retryFor)
 	blockSize int64
 	baseBlks  int            // blocks kept besides the read-ahead window
 	maxAhead  int64          // 0: no read-ahead
 	chunk     int            // blocks per request at most
 	sem       chan struct{}  // a slot per range request in flight
-	wg        sync.WaitGroup // fetches on goroutines of their own; Close waits
+	wg        sync.WaitGroup // goroutines of the source (fetches, checks, the probe); Close waits
 	disk      *diskObject    // nil without an on-disk cache
 
 	size int64
 
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
+	ctx    context.Context // canceled by Close, with the cause errClosed
+	cancel context.CancelCauseFunc
+	// gen is what reads and fetches derive their contexts from: Interrupt
+	// cancels it (cause errInterrupted) and makes a new one.
+	genMu     sync.Mutex
+	gen       context.Context
+	genCancel context.CancelCauseFunc
+	closeOnce sync.Once
 
-	lastCheck atomic.Int64 // unix nanoseconds of the last reply that confirmed the version
-	changed   atomic.Pointer[error]
-	w         *watcher
+	lastCheck    atomic.Int64 // unix nanoseconds of the last reply that confirmed the version
+	lastProgress atomic.Int64 // unix nanoseconds of the last byte or reply the server sent
+	checking     atomic.Bool  // a check of Check's is in flight
+	outage       atomic.Bool  // the server has sent nothing for RetryFor
+	probing      atomic.Bool  // the outage's probe runs
+	changed      atomic.Pointer[error]
+	w            *watcher
 
 	mu       sync.Mutex
+	closed   bool                    // Close began: no goroutine may start
 	cached   map[int64]*list.Element // of *block, in lru
 	lru      list.List               // most recently used first
 	inflight map[int64]*block
@@ -142,7 +200,11 @@ type block struct {
 	idx  int64
 	data []byte
 	err  error
-	done chan struct{} // closed when data or err is set
+	// retryable says err is no verdict of the server on the block: the
+	// fetch ran out of its reader's time, or was a read-ahead. Another
+	// reader with time left fetches the block itself.
+	retryable bool
+	done      chan struct{} // closed when data or err is set
 	// prefetch marks a block read ahead: its failure is no read's, and a
 	// read that needs the block fetches it itself.
 	prefetch bool
@@ -159,13 +221,14 @@ type block struct {
 // newRemote makes the core of a source named name; the transport is
 // given by start, once the source's open has learnt the size.
 func newRemote(name string, opts remoteOptions) *remote {
-	r := &remote{name: name, logf: opts.Logf, retryFor: opts.RetryFor, blockSize: opts.BlockSize}
+	r := &remote{name: name, logf: opts.Logf, notef: opts.Notef, retryFor: opts.RetryFor, blockSize: opts.BlockSize}
 	if r.logf == nil {
 		r.logf = func(string, ...any) {}
 	}
 	if r.retryFor <= 0 {
 		r.retryFor = defaultRetryFor
 	}
+	r.stall = StallTimeout(r.retryFor)
 	if r.blockSize <= 0 {
 		r.blockSize = defaultBlockSize
 	}
@@ -185,15 +248,19 @@ func newRemote(name string, opts remoteOptions) *remote {
 	r.seqEnd = -1
 	r.cached = make(map[int64]*list.Element)
 	r.inflight = make(map[int64]*block)
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	r.gen, r.genCancel = context.WithCancelCause(r.ctx)
+	r.lastProgress.Store(time.Now().UnixNano())
 	return r
 }
 
 // start makes the source readable: its transport, its size and version
 // (which key the on-disk cache), and the goroutine that runs the OnChange
-// functions.
+// functions. The open's notes end here.
 func (r *remote) start(tr transport, size int64, version string, disk *DiskCache) {
 	r.tr, r.size = tr, size
+	r.notef = nil
+	r.lastProgress.Store(time.Now().UnixNano())
 	if disk != nil {
 		r.disk = disk.object(r.name, version, size, r.blockSize)
 	}
@@ -213,23 +280,51 @@ func (r *remote) Size() int64 { return r.size }
 // never inside a read.
 func (r *remote) OnChange(f func(error)) { r.w.add(f) }
 
-// Close stops the source's goroutines and any retry in progress. No read
-// may be in progress or start.
+// Close stops the source: the requests in flight are canceled, the reads
+// waiting for them fail at once, as do later reads of bytes not at hand;
+// then the source's goroutines are waited for. Reads may be in progress:
+// Close is how a server that stops ends the reads that wait on a server
+// that does not answer. Only the first call does anything.
 func (r *remote) Close() error {
-	r.cancel()
-	r.wg.Wait()
-	if r.w != nil {
-		r.w.close()
-	}
-	if r.tr != nil {
-		r.tr.close()
-	}
+	r.closeOnce.Do(func() {
+		r.mu.Lock()
+		r.closed = true
+		r.mu.Unlock()
+		r.cancel(errClosed)
+		r.wg.Wait()
+		if r.w != nil {
+			r.w.close()
+		}
+		if r.tr != nil {
+			r.tr.close()
+		}
+	})
 	return nil
+}
+
+// Interrupt fails every read now waiting for the server, at once, with an
+// error that says the mount is being unmounted; reads that start later wait
+// as usual. A server asked to unmount a mount that is busy with such reads
+// lets their readers go with it.
+func (r *remote) Interrupt() {
+	r.genMu.Lock()
+	cancel := r.genCancel
+	r.gen, r.genCancel = context.WithCancelCause(r.ctx)
+	r.genMu.Unlock()
+	cancel(errInterrupted)
+}
+
+// generation returns the context reads and fetches start from now.
+func (r *remote) generation() context.Context {
+	r.genMu.Lock()
+	defer r.genMu.Unlock()
+	return r.gen
 }
 
 // abandon releases a source whose open failed, before start.
 func (r *remote) abandon(tr transport) {
-	r.cancel()
+	r.cancel(errClosed)
+	r.genCancel(errClosed)
 	tr.close()
 }
 
@@ -275,9 +370,30 @@ func (r *remote) scrub(msg string) string {
 	return msg
 }
 
-// Check reports a change seen by a read or a check, and asks the server
-// (CheckNow) when no reply has confirmed the version for a second.
+// Check reports a change seen by a read or a check. When no reply has
+// confirmed the version for a second, it asks the server in the
+// background, never making its caller wait: a read of bytes at hand is
+// answered at once whatever the server does, and the answer of the check
+// is what a later Check reports.
 func (r *remote) Check() error {
+	if err := r.err(); err != nil {
+		return err
+	}
+	if time.Now().UnixNano()-r.lastCheck.Load() < int64(remoteCheckInterval) || !r.checking.CompareAndSwap(false, true) {
+		return nil
+	}
+	if !r.goOwned(func() {
+		defer r.checking.Store(false)
+		r.CheckNow()
+	}) {
+		r.checking.Store(false)
+	}
+	return nil
+}
+
+// CheckStale is what an open that has just read the index asks: CheckNow
+// when no reply has confirmed the version for a second, else nothing.
+func (r *remote) CheckStale() error {
 	if err := r.err(); err != nil {
 		return err
 	}
@@ -288,18 +404,96 @@ func (r *remote) Check() error {
 }
 
 // CheckNow asks the server whether the object is still the version
-// opened. A failure to get an answer is logged and is not a change.
+// opened, waiting at most the stall timeout (and 10 s) for the answer. A
+// failure to get an answer is logged and is not a change.
 func (r *remote) CheckNow() error {
 	if err := r.err(); err != nil {
 		return err
 	}
 	r.lastCheck.Store(time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(r.ctx, min(checkTimeout, r.retryFor))
+	ctx, cancel := context.WithTimeout(r.generation(), min(checkTimeout, r.stall))
 	defer cancel()
-	if reason := r.tr.check(ctx); reason != "" {
+	reason, answered := r.tr.check(ctx)
+	if answered {
+		r.progressed()
+	}
+	if reason != "" {
 		return r.markChanged(reason)
 	}
 	return nil
+}
+
+// goOwned runs f on a goroutine that Close waits for, unless Close has
+// begun (false).
+func (r *remote) goOwned(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// progressed records that the server sent bytes of the object or
+// confirmed its version, which ends an outage.
+func (r *remote) progressed() {
+	r.lastProgress.Store(time.Now().UnixNano())
+	if r.outage.CompareAndSwap(true, false) {
+		r.logf("%s: the server answers again", r.name)
+	}
+}
+
+// silentFor returns how long the server has sent nothing of use.
+func (r *remote) silentFor() time.Duration {
+	return time.Duration(time.Now().UnixNano() - r.lastProgress.Load())
+}
+
+// outageBudget is how long a read tries during an outage.
+func (r *remote) outageBudget() time.Duration { return min(r.stall, maxOutageBudget) }
+
+// gaveUp notes a request that ran out of time: once the server has sent
+// nothing for RetryFor, the source is in an outage until it answers, and
+// a probe asks it every few seconds.
+func (r *remote) gaveUp() {
+	if r.silentFor() < r.retryFor || !r.outage.CompareAndSwap(false, true) {
+		return
+	}
+	r.logf("%s: nothing received from the server for %v: reads not at hand fail after %v until it answers again",
+		r.name, r.silentFor().Round(100*time.Millisecond), r.outageBudget())
+	if r.probing.CompareAndSwap(false, true) && !r.goOwned(r.probe) {
+		r.probing.Store(false)
+	}
+}
+
+// probe asks the server whether it answers, with backoff, until it does,
+// the outage ends otherwise, or Close.
+func (r *remote) probe() {
+	for {
+		for n := 0; r.outage.Load(); n++ {
+			t := time.NewTimer(min(backoffCap, 500*time.Millisecond<<min(n, 8)))
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				r.probing.Store(false)
+				return
+			}
+			if r.outage.Load() {
+				r.CheckNow()
+			}
+		}
+		r.probing.Store(false)
+		// An outage that began since the loop ended found the probe
+		// still running: it is this one's.
+		if !r.outage.Load() || !r.probing.CompareAndSwap(false, true) {
+			return
+		}
+	}
 }
 
 // failure is why one attempt of a request failed.
@@ -307,6 +501,9 @@ type failure struct {
 	kind   failKind
 	reason string
 	code   int // the HTTP status, if one was the reason
+	// hint, if set, tells the user what to do about a failure at open.
+	hint string
+	err  error // the transport's error, if one was the reason
 }
 
 type failKind int
@@ -315,67 +512,121 @@ const (
 	transient failKind = iota // retried
 	fatal                     // fails at once
 	changed                   // the file changed
+	exhausted                 // the request ran out of time, or was interrupted: another reader may try
 )
 
-// retry runs attempt until it succeeds, fails for good, or retryFor passes
-// since the start or the last progress, sleeping with exponential backoff
-// and full jitter in between. what names the request in messages.
-func (r *remote) retry(ctx context.Context, what string, attempt func(ctx context.Context, deadline time.Time) (progress bool, f *failure)) *failure {
+// retry runs attempt until it succeeds, fails for good, or ctx ends (its
+// deadline, Interrupt, Close), sleeping with exponential backoff and full
+// jitter in between. what names the request in messages. Each retry is
+// logged and, during an open, noted for the user.
+func (r *remote) retry(ctx context.Context, what string, attempt func(ctx context.Context) *failure) *failure {
 	start := time.Now()
-	deadline := start.Add(r.retryFor)
-	var last *failure // the last failure that was not the deadline cutting an attempt short
+	deadline, _ := ctx.Deadline()
+	var last *failure // the last failure that was not the end of ctx cutting an attempt short
 	for n := 0; ; n++ {
-		progress, f := attempt(ctx, deadline)
-		cut := !time.Now().Before(deadline)
-		if progress {
-			deadline = time.Now().Add(r.retryFor)
-		}
+		f := attempt(ctx)
 		if f == nil || f.kind != transient {
 			return f
 		}
+		cut := ctx.Err() != nil
 		if !cut || last == nil {
 			last = f
 		}
-		if ctx.Err() != nil || r.ctx.Err() != nil {
-			return &failure{kind: fatal, reason: f.reason, code: f.code}
-		}
 		pause := time.Duration(rand.Int64N(int64(min(backoffCap, backoffStart<<min(n, 16))) + 1))
-		if time.Now().Add(pause).After(deadline) {
-			attempts := "1 attempt"
-			if n > 0 {
-				attempts = fmt.Sprintf("%d attempts", n+1)
-			}
-			// The server's last answer says more than an attempt the
-			// deadline cut short.
-			reason := fmt.Sprintf("%s (gave up after %s in %v; the bound is %v without progress)",
-				last.reason, attempts, time.Since(start).Round(10*time.Millisecond), r.retryFor)
-			r.logf("%s: %s: %s", r.name, what, reason)
-			return &failure{kind: fatal, reason: reason, code: last.code}
+		if cut || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
+			return r.exhausted(ctx, what, last, n+1, start)
 		}
 		r.logf("%s: %s: %s; retrying in %v", r.name, what, f.reason, pause.Round(time.Millisecond))
+		if r.notef != nil && !deadline.IsZero() {
+			r.notef(fmt.Sprintf("%s: retrying: %s (attempt %d; giving up in %v)", r.name, f.reason, n+2,
+				time.Until(deadline).Round(time.Second)))
+		}
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-		case <-r.ctx.Done():
-			t.Stop()
 		}
 	}
 }
 
-// openError is the error of an open that failed with f: an
-// *HTTPStatusError for a status that refuses the object.
-func (r *remote) openError(f *failure) error {
-	if f.code >= 400 {
-		r.logf("%s: %s", r.name, f.reason)
-		return &HTTPStatusError{URL: r.name, Code: f.code}
+// exhausted is the failure of a request whose ctx ended after attempts,
+// the last of which failed with last.
+func (r *remote) exhausted(ctx context.Context, what string, last *failure, attempts int, start time.Time) *failure {
+	if cause := context.Cause(ctx); errors.Is(cause, errInterrupted) || errors.Is(cause, errClosed) {
+		return &failure{kind: exhausted, reason: cause.Error(), code: last.code}
 	}
-	return fmt.Errorf("%s: %s", r.name, f.reason)
+	n := "1 attempt"
+	if attempts > 1 {
+		n = fmt.Sprintf("%d attempts", attempts)
+	}
+	// The server's last answer says more than an attempt the deadline
+	// cut short.
+	reason := fmt.Sprintf("%s (gave up after %s in %v; a read waits at most %v)",
+		last.reason, n, time.Since(start).Round(10*time.Millisecond), r.retryFor)
+	r.gaveUp()
+	return &failure{kind: exhausted, reason: reason, code: last.code, hint: last.hint, err: last.err}
+}
+
+// openError is the error of an open that failed with f: an
+// *HTTPStatusError for a status that refuses the object, an *OpenError
+// with a hint where the failure is one a user can mend.
+func (r *remote) openError(f *failure) error {
+	r.logf("%s: %s", r.name, f.reason)
+	if f.code >= 400 {
+		return &HTTPStatusError{URL: r.name, Code: f.code, Advice: f.hint}
+	}
+	return &OpenError{URL: r.name, Reason: f.reason, Advice: f.hint, Err: f.err}
+}
+
+// OpenError is why a remote source could not be opened, when no status
+// says it: a refused connection, a host with no address, a TLS failure, a
+// server that did not answer in time.
+type OpenError struct {
+	URL    string // without credentials or query
+	Reason string // without the URL or any credential
+	// Advice, if not "", says what to do about it (Hint).
+	Advice string
+	Err    error // the transport's error, if any
+}
+
+func (e *OpenError) Error() string { return e.URL + ": " + e.Reason }
+func (e *OpenError) Unwrap() error { return e.Err }
+
+// Hint says what to do about the failure.
+func (e *OpenError) Hint() string { return e.Advice }
+
+// Hinter is an error that comes with advice for the user.
+type Hinter interface{ Hint() string }
+
+// ErrorHint returns the advice of the first error in err's chain that has
+// one, or "".
+func ErrorHint(err error) string {
+	for err != nil {
+		if h, ok := err.(Hinter); ok && h.Hint() != "" {
+			return h.Hint()
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if h := ErrorHint(e); h != "" {
+					return h
+				}
+			}
+			return ""
+		default:
+			return ""
+		}
+	}
+	return ""
 }
 
 // ReadAt reads len(p) bytes at off of the version opened, as io.ReaderAt
-// says: fewer only at the end of the file, with io.EOF.
+// says: fewer only at the end of the file, with io.EOF. Bytes not at hand
+// come within RetryFor (the outage budget during an outage), or the read
+// fails.
 func (r *remote) ReadAt(p []byte, off int64) (int, error) {
 	if err := r.err(); err != nil {
 		return 0, err
@@ -390,7 +641,13 @@ func (r *remote) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	end := min(off+int64(len(p)), r.size)
-	blocks, err := r.blocks(off, end)
+	budget := r.retryFor
+	if r.outage.Load() {
+		budget = r.outageBudget()
+	}
+	ctx, cancel := context.WithTimeout(r.generation(), budget)
+	defer cancel()
+	blocks, err := r.blocks(ctx, off, end)
 	if err != nil {
 		return 0, err
 	}
@@ -413,8 +670,9 @@ func (r *remote) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // blocks returns the blocks that hold [off, end), fetched, each counted
-// as read (readers) until the caller is done with it.
-func (r *remote) blocks(off, end int64) ([]*block, error) {
+// as read (readers) until the caller is done with it. Every wait ends
+// with ctx: the read's deadline.
+func (r *remote) blocks(ctx context.Context, off, end int64) ([]*block, error) {
 	first, last := off/r.blockSize, (end-1)/r.blockSize
 	blocks := make([]*block, last-first+1)
 	for pass := 0; ; pass++ {
@@ -445,27 +703,37 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 		// Fetch every block of one's own before waiting for another
 		// reader's, so that no two readers wait for each other: the last
 		// request here, the others (and the read-ahead) on goroutines of
-		// their own.
+		// their own, each with the read's deadline (the read-ahead with a
+		// deadline of its own).
 		runs := r.split(mine)
 		for i, run := range runs {
 			if i == len(runs)-1 {
-				r.fetchRun(run)
+				r.fetchRun(ctx, run)
 			} else {
-				r.goFetch(run)
+				r.goFetch(ctx, run)
 			}
 		}
 		for _, run := range r.split(ahead) {
-			r.goFetch(run)
+			r.goFetch(nil, run)
 		}
 		again, err := false, error(nil)
 		waitStart := time.Now()
 		for _, b := range blocks {
-			<-b.done
-			if b.err != nil && b.prefetch && pass < 3 {
-				// A read-ahead that failed is no read's failure: fetch
-				// the block here.
+			if !waitBlock(ctx, b) {
+				if err == nil {
+					err = r.waitError(ctx, b, waitStart)
+				}
+				continue
+			}
+			if b.err == nil {
+				continue
+			}
+			if b.retryable && ctx.Err() == nil && !slices.Contains(mine, b) {
+				// A read-ahead that failed, or another read's fetch that
+				// ran out of its time, is no verdict on the block: fetch
+				// it here.
 				again = true
-			} else if b.err != nil && err == nil {
+			} else if err == nil {
 				err = b.err
 			}
 		}
@@ -488,6 +756,42 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 	}
 }
 
+// waitBlock waits for b to be fetched (true) or ctx to end (false),
+// whichever comes first; a block already fetched wins.
+func waitBlock(ctx context.Context, b *block) bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+	}
+	select {
+	case <-b.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitError is the error of a read whose ctx ended while it waited for
+// block b, fetched by another read or the read-ahead; it is logged.
+func (r *remote) waitError(ctx context.Context, b *block, since time.Time) error {
+	start := b.idx * r.blockSize
+	what := fmt.Sprintf("bytes %d-%d", start, min(start+r.blockSize, r.size)-1)
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errInterrupted) || errors.Is(cause, errClosed) {
+		return fmt.Errorf("%s: %s: %v", r.name, what, cause)
+	}
+	waited := "a request another read made"
+	if !b.sent.Load() {
+		waited = fmt.Sprintf("a free request slot (%d in flight)", cap(r.sem))
+	}
+	err := fmt.Errorf("%s: %s: nothing received in %v waiting for %s (a read waits at most %v)",
+		r.name, what, time.Since(since).Round(10*time.Millisecond), waited, r.retryFor)
+	r.logf("%v", err)
+	r.gaveUp()
+	return err
+}
+
 // readAhead follows the sequential reader with the read of [off, end) and
 // returns the blocks to read ahead of it, claimed as in flight; r.mu is
 // held. A read that starts where the reader's last one ended, or a little
@@ -500,7 +804,7 @@ func (r *remote) blocks(off, end int64) ([]*block, error) {
 // changes nothing; any other read starts afresh with no window and
 // fetches only what it needs.
 func (r *remote) readAhead(off, end int64) []*block {
-	if r.maxAhead == 0 || r.ctx.Err() != nil || r.err() != nil {
+	if r.maxAhead == 0 || r.ctx.Err() != nil || r.err() != nil || r.outage.Load() {
 		return nil
 	}
 	switch {
@@ -562,19 +866,30 @@ func (r *remote) split(bs []*block) [][]*block {
 	return runs
 }
 
-// goFetch fetches a run on a goroutine of its own, which Close waits for.
-func (r *remote) goFetch(run []*block) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.fetchRun(run)
-	}()
+// goFetch fetches a run on a goroutine of its own, which Close waits for,
+// within ctx, or for read-ahead (ctx nil) within RetryFor of now.
+func (r *remote) goFetch(ctx context.Context, run []*block) {
+	var cancel context.CancelFunc
+	if ctx == nil {
+		ctx, cancel = context.WithTimeout(r.generation(), r.retryFor)
+	}
+	if !r.goOwned(func() {
+		if cancel != nil {
+			defer cancel()
+		}
+		r.fetchRun(ctx, run)
+	}) {
+		if cancel != nil {
+			cancel()
+		}
+		r.finish(run, fmt.Errorf("%s: %v", r.name, errClosed), true)
+	}
 }
 
 // fetchRun fills a run of consecutive blocks, from the on-disk cache
 // where it holds them, else with one request in one of the Parallel
 // slots, and publishes them.
-func (r *remote) fetchRun(run []*block) {
+func (r *remote) fetchRun(ctx context.Context, run []*block) {
 	r.mu.Lock()
 	for _, b := range run {
 		b.data = r.buffer(min(r.blockSize, r.size-b.idx*r.blockSize))
@@ -584,7 +899,7 @@ func (r *remote) fetchRun(run []*block) {
 		var rest []*block
 		for _, b := range run {
 			if r.disk.load(b.idx, b.data, r.logf) {
-				r.finish([]*block{b}, nil)
+				r.finish([]*block{b}, nil, false)
 			} else {
 				rest = append(rest, b)
 			}
@@ -594,34 +909,60 @@ func (r *remote) fetchRun(run []*block) {
 			for n < len(rest) && rest[n].idx == rest[n-1].idx+1 {
 				n++
 			}
-			r.fetchNet(rest[:n])
+			r.fetchNet(ctx, rest[:n])
 			rest = rest[n:]
 		}
 		return
 	}
-	r.fetchNet(run)
+	r.fetchNet(ctx, run)
 }
 
 // fetchNet fetches a run of consecutive blocks with one request, in one
-// of the Parallel slots, keeps it on disk, and publishes it.
-func (r *remote) fetchNet(run []*block) {
-	select {
-	case r.sem <- struct{}{}:
-	case <-r.ctx.Done():
-		r.finish(run, fmt.Errorf("%s: source closed", r.name))
+// of the Parallel slots, keeps it on disk, and publishes it. A read-ahead
+// gives up at once when the slots are all taken: the reads come first.
+func (r *remote) fetchNet(ctx context.Context, run []*block) {
+	prefetch := run[0].prefetch
+	if !r.acquire(ctx) {
+		start := run[0].idx * r.blockSize
+		what := fmt.Sprintf("bytes %d-%d", start, min((run[len(run)-1].idx+1)*r.blockSize, r.size)-1)
+		err := fmt.Errorf("%s: %s: no request slot free in %v (%d requests in flight; a read waits at most %v)",
+			r.name, what, r.retryFor, cap(r.sem), r.retryFor)
+		if cause := context.Cause(ctx); errors.Is(cause, errInterrupted) || errors.Is(cause, errClosed) {
+			err = fmt.Errorf("%s: %s: %v", r.name, what, cause)
+		} else if !prefetch {
+			r.logf("%v", err)
+			r.gaveUp()
+		}
+		r.finish(run, err, true)
 		return
 	}
 	for _, b := range run {
 		b.sent.Store(true)
 	}
-	err := r.fetch(run)
+	err, retryable := r.fetch(ctx, run)
 	<-r.sem
 	if err == nil && r.disk != nil {
 		for _, b := range run {
 			r.disk.store(b.idx, b.data, r.logf)
 		}
 	}
-	r.finish(run, err)
+	r.finish(run, err, retryable)
+}
+
+// acquire takes a request slot (true), or gives up when ctx ends first
+// (false); a free slot wins.
+func (r *remote) acquire(ctx context.Context) bool {
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case r.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // buffer returns memory for a block of n bytes: an evicted block's where
@@ -636,13 +977,15 @@ func (r *remote) buffer(n int64) []byte {
 }
 
 // finish publishes fetched blocks (or the error) to the readers waiting
-// for them and keeps them in memory.
-func (r *remote) finish(bs []*block, err error) {
+// for them and keeps them in memory. retryable says the error is no
+// verdict on the blocks (see block.retryable).
+func (r *remote) finish(bs []*block, err error, retryable bool) {
 	r.mu.Lock()
 	for _, b := range bs {
 		delete(r.inflight, b.idx)
 		if err != nil {
 			b.err = err
+			b.retryable = retryable || b.prefetch
 			b.data = nil
 			continue
 		}
@@ -694,12 +1037,14 @@ func (r *remote) isAhead(idx int64) bool {
 }
 
 // fetch fills consecutive blocks with one range request, retried from the
-// first byte still missing. A read-ahead's failure, a change included, is
-// left to the read that needs its blocks, which fetches them itself.
-func (r *remote) fetch(bs []*block) error {
+// first byte still missing, within ctx. A read-ahead's failure, a change
+// included, is left to the read that needs its blocks, which fetches them
+// itself. retryable says the error is no verdict of the server on the
+// blocks: their time ran out.
+func (r *remote) fetch(ctx context.Context, bs []*block) (err error, retryable bool) {
 	prefetch := bs[0].prefetch
 	if err := r.err(); err != nil {
-		return err
+		return err, false
 	}
 	start := bs[0].idx * r.blockSize
 	end := min((bs[len(bs)-1].idx+1)*r.blockSize, r.size)
@@ -708,37 +1053,40 @@ func (r *remote) fetch(bs []*block) error {
 	if prefetch {
 		what = "read-ahead of " + what
 	}
-	f := r.retry(r.ctx, what, func(ctx context.Context, deadline time.Time) (bool, *failure) {
-		n, f := r.get(ctx, deadline, got, end, bs)
+	f := r.retry(ctx, what, func(ctx context.Context) *failure {
+		n, f := r.get(ctx, got, end, bs)
 		got += n
-		return n > 0, f
+		return f
 	})
 	switch {
 	case f == nil:
 		r.lastCheck.Store(time.Now().UnixNano())
-		return nil
+		return nil, false
 	case prefetch:
-		return fmt.Errorf("%s: %s: %s", r.name, what, f.reason)
+		return fmt.Errorf("%s: %s: %s", r.name, what, f.reason), true
 	case f.kind == changed:
-		return r.markChanged(f.reason)
+		return r.markChanged(f.reason), false
 	}
-	r.logf("%s: %s: %s", r.name, what, f.reason)
-	return fmt.Errorf("%s: %s: %s", r.name, what, f.reason)
+	err = fmt.Errorf("%s: %s: %s", r.name, what, f.reason)
+	if !errors.Is(context.Cause(ctx), errClosed) {
+		r.logf("%v", err)
+	}
+	return err, f.kind == exhausted
 }
 
 // get is one range request of [from, end), whose bytes go to their places
-// in bs. It returns how many bytes it received. The request is canceled
-// when the deadline passes with no reply, or when no byte of the body
-// arrives for the source's RetryFor.
-func (r *remote) get(ctx context.Context, deadline time.Time, from, end int64, bs []*block) (int64, *failure) {
+// in bs. It returns how many bytes it received. The request is abandoned
+// when nothing arrives for the stall timeout: no reply, or no byte of the
+// body.
+func (r *remote) get(ctx context.Context, from, end int64, bs []*block) (int64, *failure) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(time.Until(deadline), func() { timedOut.Store(true); cancel() })
+	var stalled atomic.Bool
+	timer := time.AfterFunc(r.stall, func() { stalled.Store(true); cancel() })
 	defer timer.Stop()
 	fail := func(f *failure) *failure {
-		if timedOut.Load() {
-			return &failure{kind: transient, reason: fmt.Sprintf("nothing received for %v", r.retryFor)}
+		if stalled.Load() {
+			return &failure{kind: transient, reason: fmt.Sprintf("nothing received for %v", r.stall)}
 		}
 		return f
 	}
@@ -747,6 +1095,7 @@ func (r *remote) get(ctx context.Context, deadline time.Time, from, end int64, b
 		return 0, fail(f)
 	}
 	defer body.Close()
+	timer.Reset(r.stall)
 	var n int64
 	for i, b := range bs {
 		if i == 0 {
@@ -761,7 +1110,8 @@ func (r *remote) get(ctx context.Context, deadline time.Time, from, end int64, b
 			pos += int64(k)
 			n += int64(k)
 			if k > 0 {
-				timer.Reset(r.retryFor)
+				timer.Reset(r.stall)
+				r.progressed()
 			}
 			if err == io.EOF && pos < bend {
 				return n, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", n, end-from)}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -27,8 +29,8 @@ type S3Options struct {
 	// HTTPClient, if not nil, makes the requests (a test counts them
 	// with it).
 	HTTPClient aws.HTTPClient
-	// RetryFor bounds how long one read (or the open) retries transient
-	// failures without receiving a byte: 0 means 60 s.
+	// RetryFor bounds how long one read (or the open) may wait for the
+	// server, retries of transient failures included: 0 means 60 s.
 	RetryFor time.Duration
 	// BlockSize is the granularity of fetches: 0 means 1 MiB.
 	BlockSize int64
@@ -41,6 +43,17 @@ type S3Options struct {
 	// Logf, if not nil, is told of retries, failures and changes, in lines
 	// that name the object as s3://bucket/key and hold no credential.
 	Logf func(format string, args ...any)
+	// Notef is as HTTPOptions' (the open's retries, for the user).
+	Notef func(msg string)
+	// Credentials, if not nil, sign every request in place of those the
+	// standard chain finds (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+	// AWS_SESSION_TOKEN in the environment, the shared files, ...).
+	Credentials *S3Credentials
+}
+
+// S3Credentials are static AWS credentials.
+type S3Credentials struct {
+	AccessKeyID, SecretAccessKey, SessionToken string
 }
 
 // IsS3URL reports whether arg is an s3:// URL (in any case).
@@ -80,9 +93,12 @@ func IsS3URL(arg string) bool {
 // The SDK's own retryer is off: each request is one attempt, and
 // transient failures (5xx, throttling, resets, timeouts, short bodies) are
 // retried here, with exponential backoff and full jitter (100 ms to 5 s),
-// until RetryFor passes without a byte received, as for HTTP, so that one
-// bound holds for every remote source. Messages name the object as
-// s3://bucket/key and never hold the secret key or session token.
+// within the bound of every read of a remote source (RetryFor; remote.go),
+// as for HTTP. At open, what no retry mends (a refused connection, a host
+// with no address, a TLS failure, a 4xx) fails at once, with a hint that
+// names the endpoint or the credentials (ErrorHint). Messages name the
+// object as s3://bucket/key and never hold the secret key or session
+// token.
 type S3 struct {
 	*remote
 	bucket string
@@ -117,7 +133,7 @@ func OpenS3(ctx context.Context, rawURL string, opts S3Options) (*S3, error) {
 	}
 	s := &S3{bucket: bucket, key: key}
 	s.remote = newRemote("s3://"+bucket+"/"+key, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
-		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf})
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef})
 	if s.client, s.secret, err = newS3Client(ctx, s.name, opts, s.logf); err != nil {
 		s.abandon(s)
 		return nil, err
@@ -147,7 +163,10 @@ func newS3Client(ctx context.Context, name string, opts S3Options, logf func(str
 		cfg.Region = "us-east-1"
 	}
 	var secret []string
-	if cfg.Credentials != nil {
+	if c := opts.Credentials; c != nil {
+		cfg.Credentials = credentials.NewStaticCredentialsProvider(c.AccessKeyID, c.SecretAccessKey, c.SessionToken)
+		secret = append(secret, c.SecretAccessKey, c.SessionToken)
+	} else if cfg.Credentials != nil {
 		// Retrieved here to keep them out of messages. With none found,
 		// requests go unsigned (a public bucket), and a private object is
 		// refused at open with 403 instead of a retry of the chain until
@@ -179,23 +198,23 @@ func (s *S3) Version() string { return fmt.Sprintf("etag %s size %d", s.etag, s.
 
 // check asks with a HeadObject whether the object is still the version
 // opened (ETag and size), for CheckNow.
-func (s *S3) check(ctx context.Context) string {
+func (s *S3) check(ctx context.Context) (string, bool) {
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &s.key})
 	if err != nil {
 		f := s.failure(err, ctx)
 		if f.code == http.StatusNotFound {
-			return "the object is no longer there"
+			return "the object is no longer there", true
 		}
 		s.logf("%s: check: %s", s.name, f.reason)
-		return ""
+		return "", f.code != 0 && f.kind != transient
 	}
 	if etag := aws.ToString(out.ETag); etag != s.etag {
-		return fmt.Sprintf("ETag %s, was %s", etag, s.etag)
+		return fmt.Sprintf("ETag %s, was %s", etag, s.etag), true
 	}
 	if n := aws.ToInt64(out.ContentLength); n != s.size {
-		return fmt.Sprintf("size %d, was %d", n, s.size)
+		return fmt.Sprintf("size %d, was %d", n, s.size), true
 	}
-	return ""
+	return "", true
 }
 
 // close has nothing to release: the SDK's client keeps no goroutine.
@@ -208,8 +227,8 @@ func (s *S3) classify(err error, ctx context.Context) *failure { return s.failur
 // failure of the transport, which is retried. Its reason holds neither the
 // URL nor any credential.
 func (s *S3) failure(err error, ctx context.Context) *failure {
-	if s.ctx.Err() != nil {
-		return &failure{kind: fatal, reason: "source closed"}
+	if cause := context.Cause(ctx); errors.Is(cause, errClosed) || errors.Is(cause, errInterrupted) {
+		return &failure{kind: transient, reason: cause.Error()}
 	}
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) && re.HTTPStatusCode() > 0 {
@@ -251,32 +270,76 @@ func (s *S3) failure(err error, ctx context.Context) *failure {
 			msg = msg[i+j+3:]
 		}
 	}
-	return &failure{kind: transient, reason: s.scrub(msg)}
+	f := &failure{kind: transient, reason: s.scrub(msg), err: err}
+	if hint := certificateHint(err); hint != "" {
+		f.kind, f.hint = fatal, hint
+	}
+	return f
 }
 
-// open learns the size and the ETag with one HeadObject.
+// endpoint names the server the client asks, for hints: its host, and
+// where it was set: the endpoint of the configuration
+// (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_S3 or a profile's endpoint_url), else
+// AWS's own for the region.
+func (s *S3) endpoint() (host, where string) {
+	o := s.client.Options()
+	if o.BaseEndpoint == nil {
+		return "s3." + o.Region + ".amazonaws.com", "AWS_REGION=" + o.Region
+	}
+	ep := Redact(*o.BaseEndpoint)
+	host = ep
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	return host, "AWS_ENDPOINT_URL=" + ep
+}
+
+// open learns the size and the ETag with one HeadObject, retrying for
+// RetryFor at most, each attempt for the stall timeout.
 func (s *S3) open(ctx context.Context) error {
-	f := s.retry(ctx, "HeadObject", func(ctx context.Context, deadline time.Time) (bool, *failure) {
-		actx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithTimeout(ctx, s.retryFor)
+	defer cancel()
+	host, endpoint := s.endpoint()
+	f := s.retry(ctx, "HeadObject", func(ctx context.Context) *failure {
+		actx, cancel := context.WithTimeout(ctx, s.stall)
 		defer cancel()
 		out, err := s.client.HeadObject(actx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &s.key})
 		if err != nil {
-			return false, s.failure(err, actx)
+			f := s.failure(err, actx)
+			if f.code == 0 {
+				f = openFailure(f, err, host, endpoint)
+			}
+			return f
 		}
 		s.etag = aws.ToString(out.ETag)
 		s.size = aws.ToInt64(out.ContentLength)
 		if out.ContentLength == nil || s.size < 0 {
-			return false, &failure{kind: fatal, reason: "HeadObject without a Content-Length"}
+			return &failure{kind: fatal, reason: "HeadObject without a Content-Length"}
 		}
 		if s.etag == "" {
-			return false, &failure{kind: fatal, reason: "HeadObject without an ETag: nothing to pin reads to"}
+			return &failure{kind: fatal, reason: "HeadObject without an ETag: nothing to pin reads to"}
 		}
-		return false, nil
+		return nil
 	})
 	if f != nil {
+		if f.hint == "" {
+			f.hint = s3StatusHint(f.code, s.bucket, endpoint)
+		}
 		return s.openError(f)
 	}
 	return nil
+}
+
+// s3StatusHint says what to do about a status that refuses an object or
+// a listing, or "".
+func s3StatusHint(code int, bucket, endpoint string) string {
+	switch code {
+	case http.StatusForbidden, http.StatusUnauthorized:
+		return "the AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) are missing, wrong, or may not read bucket " + bucket + " (" + endpoint + ")"
+	case http.StatusMovedPermanently:
+		return "bucket " + bucket + " is in another region: set AWS_REGION"
+	}
+	return ""
 }
 
 // get is one GetObject of [from, end), pinned to the ETag, for the core's

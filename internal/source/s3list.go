@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -64,12 +63,12 @@ func ListS3(ctx context.Context, rawURL string, opts S3Options) ([]S3Object, err
 		return nil, err
 	}
 	l := &S3{bucket: bucket, key: prefix}
-	l.remote = newRemote("s3://"+bucket+"/"+prefix, remoteOptions{RetryFor: opts.RetryFor, Logf: opts.Logf})
-	defer l.cancel()
+	l.remote = newRemote("s3://"+bucket+"/"+prefix, remoteOptions{RetryFor: opts.RetryFor, Logf: opts.Logf, Notef: opts.Notef})
+	defer l.cancel(errClosed)
 	if l.client, l.secret, err = newS3Client(ctx, l.name, opts, l.logf); err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, l.cancel)
+	stop := context.AfterFunc(ctx, func() { l.cancel(errClosed) })
 	defer stop()
 	var out []S3Object
 	var token *string
@@ -93,8 +92,11 @@ func ListS3(ctx context.Context, rawURL string, opts S3Options) ([]S3Object, err
 // first), retrying transient failures.
 func (l *S3) listPage(token *string) (*s3.ListObjectsV2Output, error) {
 	var page *s3.ListObjectsV2Output
-	f := l.retry(l.ctx, "ListObjectsV2", func(ctx context.Context, deadline time.Time) (bool, *failure) {
-		actx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := context.WithTimeout(l.ctx, l.retryFor)
+	defer cancel()
+	host, endpoint := l.endpoint()
+	f := l.retry(ctx, "ListObjectsV2", func(ctx context.Context) *failure {
+		actx, cancel := context.WithTimeout(ctx, l.stall)
 		defer cancel()
 		in := &s3.ListObjectsV2Input{Bucket: &l.bucket, Prefix: aws.String(l.key), Delimiter: aws.String("/"), ContinuationToken: token}
 		if listPageSize > 0 {
@@ -102,17 +104,24 @@ func (l *S3) listPage(token *string) (*s3.ListObjectsV2Output, error) {
 		}
 		out, err := l.client.ListObjectsV2(actx, in)
 		if err != nil {
-			return false, l.failure(err, actx)
+			f := l.failure(err, actx)
+			if f.code == 0 {
+				f = openFailure(f, err, host, endpoint)
+			}
+			return f
 		}
 		page = out
-		return false, nil
+		return nil
 	})
 	if f != nil {
-		if f.code >= 400 {
-			l.logf("%s: ListObjectsV2: %s", l.name, f.reason)
-			return nil, &HTTPStatusError{URL: l.name, Code: f.code}
+		if f.hint == "" {
+			f.hint = s3StatusHint(f.code, l.bucket, endpoint)
 		}
-		return nil, fmt.Errorf("%s: ListObjectsV2: %s", l.name, f.reason)
+		l.logf("%s: ListObjectsV2: %s", l.name, f.reason)
+		if f.code >= 400 {
+			return nil, &HTTPStatusError{URL: l.name, Code: f.code, Advice: f.hint}
+		}
+		return nil, &OpenError{URL: l.name, Reason: "ListObjectsV2: " + f.reason, Advice: f.hint, Err: f.err}
 	}
 	return page, nil
 }

@@ -75,3 +75,14 @@ func (c *listCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+func TestSchemeName(t *testing.T) {
+	for arg, want := range map[string]string{
+		"ftp://h/f": "ftp", "FTP://h/f": "ftp", "s3://b/k": "s3", "https://h/f": "https", "git+ssh://h/r": "git+ssh",
+		"hf://org/repo": "hf", "model.zt": "", "./ftp://x": "", "/abs/path": "", "1ab://x": "", "://x": "", "a b://x": "",
+	} {
+		if got := strings.ToLower(schemeName(arg)); got != want {
+			t.Errorf("schemeName(%q) = %q, want %q", arg, got, want)
+		}
+	}
+}

@@ -58,6 +58,16 @@ type Spanner interface {
 	Span() (release func(), ok bool)
 }
 
+// Interrupter is a source whose reads wait on a server (HTTP, S3). Its
+// Close may be called while reads are in progress: it cancels the
+// requests in flight, and the reads waiting for them fail at once.
+type Interrupter interface {
+	Source
+	// Interrupt fails the reads now waiting on the server, at once; later
+	// reads wait as usual.
+	Interrupt()
+}
+
 // ErrChanged is wrapped by the errors of reads after the source changed
 // under the mount.
 var ErrChanged = errors.New("source file changed since it was mounted; remount to see the new version")
