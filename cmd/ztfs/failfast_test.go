@@ -155,7 +155,7 @@ func TestMountFailsFast(t *testing.T) {
 		mountFails(t, nil, false, srv.URL+"/ztensor", "folder", "a folder?")
 	})
 	t.Run("unsupported scheme", func(t *testing.T) {
-		mountFails(t, nil, false, "ftp://user:pw@127.0.0.1/model.zt", `unsupported URL scheme "ftp://"`, "")
+		mountFails(t, nil, false, "ftp://user:pw@127.0.0.1/model.zt", `unsupported URL scheme "ftp"`, "")
 	})
 }
 
