@@ -193,13 +193,36 @@ func (c *Component) DigestCovers() Region {
 // Decompress, Unshuffle, SimpleUnpack, BitmaskDecode and AndMask.
 type Codec interface{ codec() }
 
+// Method names a codec: how a stream is compressed (Decompress) or a
+// bitmask coded (BitmaskDecode, MaskBlob). The constants below are every
+// name a reader may give; the pipeline maps each to the stage that decodes
+// it (internal/pipeline/codecs.go).
+type Method string
+
+// The codecs of Decompress, BitmaskDecode and MaskBlob.
+const (
+	// MethodZstd is one or more zstd frames.
+	MethodZstd Method = "zstd"
+	// MethodZstdSeekable is zstd frames and the seek table
+	// zt.zstd-seekable/1 requires.
+	MethodZstdSeekable Method = "zstd-seekable"
+	// MethodLZ4 is a 4-byte little-endian size and one raw LZ4 block.
+	MethodLZ4 Method = "lz4"
+	// MethodSzip is a CCSDS-121 stream as libaec writes it.
+	MethodSzip Method = "szip"
+	// MethodRLE and MethodRoaring are the run-length and Roaring codings
+	// of a bitmask.
+	MethodRLE     Method = "rle"
+	MethodRoaring Method = "roaring"
+	// MethodNone is a bitmask stored packed, as it is.
+	MethodNone Method = "none"
+)
+
 // Decompress inflates a compressed stream to exactly Size bytes. Method is
-// "zstd" (one or more frames), "zstd-seekable" (zstd frames and the seek
-// table zt.zstd-seekable/1 requires), "lz4" (a 4-byte little-endian size
-// and one raw LZ4 block) or "szip" (a CCSDS-121 stream as libaec writes it,
-// with Szip giving its parameters).
+// MethodZstd, MethodZstdSeekable, MethodLZ4 or MethodSzip (with Szip giving
+// its parameters).
 type Decompress struct {
-	Method string
+	Method Method
 	Size   uint64
 	// Unsized marks a stream whose file does not record its decoded size
 	// (a zTensor v0.1 or v1 zstd stream without uncompressed_length). The
@@ -232,13 +255,13 @@ type SimpleUnpack struct {
 	Bits                      int
 }
 
-// BitmaskDecode expands a run-length ("rle") or Roaring ("roaring") coding
-// of Count bits into the packed MSB-first bitmask. Prefixed streams start
-// with a 4-byte big-endian bit count (the Tensogram compression codecs);
-// mask blobs do not. Method "none" is the packed bitmask itself; "zstd" and
-// "lz4" are that bitmask compressed.
+// BitmaskDecode expands a run-length (MethodRLE) or Roaring (MethodRoaring)
+// coding of Count bits into the packed MSB-first bitmask. Prefixed streams
+// start with a 4-byte big-endian bit count (the Tensogram compression
+// codecs); mask blobs do not. MethodNone is the packed bitmask itself;
+// MethodZstd and MethodLZ4 are that bitmask compressed.
 type BitmaskDecode struct {
-	Method   string
+	Method   Method
 	Prefixed bool
 	Count    uint64
 }
@@ -262,7 +285,7 @@ type Masks struct {
 
 // MaskBlob locates one coded bitmask; Method is as in BitmaskDecode.
 type MaskBlob struct {
-	Method string
+	Method Method
 	Region
 }
 
