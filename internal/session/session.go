@@ -19,6 +19,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/detect"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/safetensorsview"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
@@ -293,10 +294,10 @@ func (s *Session) open(src source.Source, path string, opts Options) error {
 	infos := []tree.SourceInfo{{Path: Name(path), Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
 	infos, digests, missing := s.openShards(c, path, opts.Guard, infos)
 	s.WeightFiles = len(s.Sources)
-	if c.Format == "safetensors" {
+	if c.OwnWeightsFile {
 		// The file itself is the root's weights, under the name loaders
 		// look for.
-		c.Files = append(c.Files, &formats.File{Name: "model.safetensors", Length: uint64(src.Size()), Weights: true})
+		c.Files = append(c.Files, &formats.File{Name: safetensorsview.SingleName, Length: uint64(src.Size()), Weights: true})
 	}
 	return s.finish(c, infos, digests, missing, nil, opts)
 }
