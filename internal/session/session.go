@@ -1,8 +1,14 @@
-// Package session opens a container for serving: its source files (the
-// container's own and the shards its index names), its detected format and
-// parsed index, the decoding pipeline and the laid-out tree. The mount,
-// `ztfs cat`, `ztfs inspect`, `ztfs verify` and `ztfs convert` all start
-// here.
+// Package session opens what a mount serves: a container file, a model
+// folder or its weight index, local or at a URL (internal/source's
+// schemes); its source files (the container's own, the shards its index
+// names, a folder's weight files and other files, a split model's files),
+// each container's detected format and parsed index, the folder's
+// containers merged into one model, the sizes the indexes leave unknown,
+// the decoding pipeline, the root's safetensors view and the laid-out
+// tree. What it does with a format depends on the capabilities its reader
+// sets on the container (formats.Container), never on the format's name.
+// The mount, `ztfs cat`, `ztfs inspect`, `ztfs verify` and `ztfs convert`
+// all start here.
 package session
 
 import (
