@@ -3,7 +3,7 @@
 // a model folder of them or its index, from a disk or a URL of any scheme
 // of internal/source's table, as a read-only directory tree; shows what
 // such a mount shows without FUSE, verifies files and converts them to
-// zTensor v2. Opening is internal/session's and serving internal/fusefs's:
+// zTensor v2. Opening is internal/session's and serving the fs package's:
 // the commands parse flags, run a mount's server in the background and
 // report.
 package main

@@ -1,9 +1,9 @@
-// Package fusefs serves a laid-out container (tree.Tree) through FUSE:
+// Package fs serves a laid-out container (tree.Tree) through FUSE:
 // read-only directories and files with exact sizes, reads at any offset,
 // zero-copy reads of raw regions, the kernel page cache kept across opens,
 // and files that are a whole source file read by the kernel itself (FUSE
 // passthrough). It knows nothing of container formats.
-package fusefs
+package fs
 
 import (
 	"context"
