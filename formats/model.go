@@ -4,7 +4,11 @@
 // tensors made of components (stored byte regions plus how to decode them),
 // container attributes and extra files. The decoding pipeline turns
 // components into bytes and the mount lays the model out as a tree; neither
-// knows which format the model came from.
+// knows which format the model came from. What the session does with a
+// container beyond that (show its file as the root's weights, open the
+// other files of a split model) depends on the capabilities its reader
+// sets on it, never on the format's name; the formats themselves are
+// listed once, in formats/detect's registry.
 package formats
 
 import (
@@ -35,6 +39,45 @@ type Container struct {
 	// zTensor v2 root and its shards), in the order Component.Source counts
 	// them from 1. Opening the container opens none of them.
 	Shards []*Shard
+
+	// The capabilities of the container's format, which its reader sets:
+	// what the session does with a container besides laying out its
+	// tensors and files depends on these, never on the format's name.
+
+	// OwnWeightsFile says the container's file is itself the model's
+	// weights in the form a mount's root shows them (a safetensors file):
+	// the root shows the file as it is, rather than a safetensors view
+	// computed from the tensors.
+	OwnWeightsFile bool
+	// PositionalNames says the tensors are named by their position in the
+	// file (Tensogram's <message>/<object>), names which another file of
+	// the format has too: in a folder of several files, each such file's
+	// tensors go below a directory named after the file.
+	PositionalNames bool
+	// Split, when set, says the format splits a model across several
+	// files, and how this one finds the others.
+	Split *Split
+}
+
+// Split is what a container of a format that splits a model across
+// several files (GGUF, as llama.cpp's gguf-split writes them: tensors in
+// any file, the model's metadata in the first) says of the split. The
+// session opens the files of a split model as one model, whose attributes
+// are the first file's.
+type Split struct {
+	// Count is the number of files of the model: 1, or 0 when the file
+	// does not say, for a model in one file.
+	Count uint64
+	// Files returns the names of the model's files, this one's included,
+	// given this file's name, as the format's convention names them. The
+	// error says why the name cannot give them (it does not follow the
+	// convention, or gives another count) or contradicts the file (a
+	// number that is not the file's); files is set whenever the name
+	// follows the convention with the file's count, even with an error.
+	Files func(name string) (files []string, err error) `json:"-"`
+	// FileAttributes are the attributes that differ from file to file
+	// (GGUF's split.no), which the model's attributes leave out.
+	FileAttributes []string
 }
 
 // Shard is another file of a container: a label, the identity the
@@ -193,13 +236,36 @@ func (c *Component) DigestCovers() Region {
 // Decompress, Unshuffle, SimpleUnpack, BitmaskDecode and AndMask.
 type Codec interface{ codec() }
 
+// Method names a codec: how a stream is compressed (Decompress) or a
+// bitmask coded (BitmaskDecode, MaskBlob). The constants below are every
+// name a reader may give; the pipeline maps each to the stage that decodes
+// it (internal/pipeline/codecs.go).
+type Method string
+
+// The codecs of Decompress, BitmaskDecode and MaskBlob.
+const (
+	// MethodZstd is one or more zstd frames.
+	MethodZstd Method = "zstd"
+	// MethodZstdSeekable is zstd frames and the seek table
+	// zt.zstd-seekable/1 requires.
+	MethodZstdSeekable Method = "zstd-seekable"
+	// MethodLZ4 is a 4-byte little-endian size and one raw LZ4 block.
+	MethodLZ4 Method = "lz4"
+	// MethodSzip is a CCSDS-121 stream as libaec writes it.
+	MethodSzip Method = "szip"
+	// MethodRLE and MethodRoaring are the run-length and Roaring codings
+	// of a bitmask.
+	MethodRLE     Method = "rle"
+	MethodRoaring Method = "roaring"
+	// MethodNone is a bitmask stored packed, as it is.
+	MethodNone Method = "none"
+)
+
 // Decompress inflates a compressed stream to exactly Size bytes. Method is
-// "zstd" (one or more frames), "zstd-seekable" (zstd frames and the seek
-// table zt.zstd-seekable/1 requires), "lz4" (a 4-byte little-endian size
-// and one raw LZ4 block) or "szip" (a CCSDS-121 stream as libaec writes it,
-// with Szip giving its parameters).
+// MethodZstd, MethodZstdSeekable, MethodLZ4 or MethodSzip (with Szip giving
+// its parameters).
 type Decompress struct {
-	Method string
+	Method Method
 	Size   uint64
 	// Unsized marks a stream whose file does not record its decoded size
 	// (a zTensor v0.1 or v1 zstd stream without uncompressed_length). The
@@ -232,13 +298,13 @@ type SimpleUnpack struct {
 	Bits                      int
 }
 
-// BitmaskDecode expands a run-length ("rle") or Roaring ("roaring") coding
-// of Count bits into the packed MSB-first bitmask. Prefixed streams start
-// with a 4-byte big-endian bit count (the Tensogram compression codecs);
-// mask blobs do not. Method "none" is the packed bitmask itself; "zstd" and
-// "lz4" are that bitmask compressed.
+// BitmaskDecode expands a run-length (MethodRLE) or Roaring (MethodRoaring)
+// coding of Count bits into the packed MSB-first bitmask. Prefixed streams
+// start with a 4-byte big-endian bit count (the Tensogram compression
+// codecs); mask blobs do not. MethodNone is the packed bitmask itself;
+// MethodZstd and MethodLZ4 are that bitmask compressed.
 type BitmaskDecode struct {
-	Method   string
+	Method   Method
 	Prefixed bool
 	Count    uint64
 }
@@ -262,7 +328,7 @@ type Masks struct {
 
 // MaskBlob locates one coded bitmask; Method is as in BitmaskDecode.
 type MaskBlob struct {
-	Method string
+	Method Method
 	Region
 }
 
@@ -285,6 +351,13 @@ type File struct {
 	// form (a safetensors source file shown as the root's weights): its
 	// bytes are read elsewhere, so a pass over every tensor may skip it.
 	Weights bool
+	// PerFile marks a root file about the container's file rather than
+	// about the model (GGUF's gguf_metadata.json, the file's own
+	// metadata). Of a folder's several containers, the first keeps such a
+	// file where it is; the others' move to the directory named as the
+	// file without its extension, each named after its container's file
+	// with the file's extension (gguf_metadata/<file>.json).
+	PerFile bool
 }
 
 // Logical describes how the logical tensor (tensor.npy) is assembled from a

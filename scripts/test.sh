@@ -47,7 +47,7 @@ go build -o "$report/testreport" ./scripts/testreport
 go test -count=1 -json ./... | "$report/testreport"
 
 section go test -race
-go test -count=1 -race -short ./cache ./internal/source ./internal/pipeline/... ./internal/fusefs
+go test -count=1 -race -short ./cache ./internal/source ./internal/pipeline/... ./fs
 
 section fuzz
 # run_fuzz runs one target and prints its whole log when it fails. A run that

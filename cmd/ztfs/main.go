@@ -1,7 +1,11 @@
-// Command ztfs mounts a tensor container file (zTensor, safetensors,
-// Tensogram, MCF) as a read-only directory tree, prints or extracts what
+// Command ztfs mounts a tensor container file of any format ztfs reads
+// (formats/detect's registry: zTensor, safetensors, Tensogram, MCF, GGUF),
+// a model folder of them or its index, from a disk or a URL of any scheme
+// of internal/source's table, as a read-only directory tree; shows what
 // such a mount shows without FUSE, verifies files and converts them to
-// zTensor v2.
+// zTensor v2. Opening is internal/session's and serving the fs package's:
+// the commands parse flags, run a mount's server in the background and
+// report.
 package main
 
 import (

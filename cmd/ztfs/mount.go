@@ -24,7 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ztfs/ztfs/cache"
-	"github.com/ztfs/ztfs/internal/fusefs"
+	"github.com/ztfs/ztfs/fs"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/secrets"
 	"github.com/ztfs/ztfs/internal/session"
@@ -283,11 +283,11 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 	var server *fuse.Server
 	helperOutput, err := captureStderr(func() error {
 		var err error
-		server, err = fusefs.Mount(mountpoint, s.Tree,
-			fusefs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
+		server, err = fs.Mount(mountpoint, s.Tree,
+			fs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
 				Check: s.Check, CheckNow: s.CheckOpen, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough,
 				OnGone: s.CloseRemote},
-			fusefs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
+			fs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 				ReadAhead: int64(f.readAhead), Logf: logf})
 		return err
 	})

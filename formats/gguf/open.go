@@ -46,7 +46,8 @@ func (f *File) Container() *formats.Container {
 	for _, ti := range f.Tensors {
 		c.Tensors = append(c.Tensors, f.tensor(ti))
 	}
-	c.Files = append(c.Files, &formats.File{Name: MetadataFile, Content: f.MetadataJSON()})
+	c.Files = append(c.Files, &formats.File{Name: MetadataFile, Content: f.MetadataJSON(), PerFile: true})
+	c.Split = split(c)
 	return c
 }
 

@@ -17,6 +17,8 @@ func container(h *header, dataStart uint64) *formats.Container {
 		Attributes: h.metadata,
 		Tensors:    ts,
 		Warnings:   warnings,
+		// The file is what loaders of a model's weights read.
+		OwnWeightsFile: true,
 	}
 }
 

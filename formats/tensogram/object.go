@@ -244,10 +244,10 @@ func (o *object) plan() (*decoding, error) {
 	case "none":
 	case "zstd":
 		dec.encoding = formats.Zstd
-		dec.codecs = append(dec.codecs, formats.Decompress{Method: "zstd", Size: encoded})
+		dec.codecs = append(dec.codecs, formats.Decompress{Method: formats.MethodZstd, Size: encoded})
 	case "lz4":
-		dec.encoding = "lz4"
-		dec.codecs = append(dec.codecs, formats.Decompress{Method: "lz4", Size: encoded})
+		dec.encoding = formats.Encoding(d.compression)
+		dec.codecs = append(dec.codecs, formats.Decompress{Method: formats.MethodLZ4, Size: encoded})
 	case "szip":
 		if isBitmask {
 			return nil, unsupported("szip on a bitmask object")
@@ -256,14 +256,15 @@ func (o *object) plan() (*decoding, error) {
 		if err != nil {
 			return nil, err
 		}
-		dec.encoding = "szip"
-		dec.codecs = append(dec.codecs, formats.Decompress{Method: "szip", Size: encoded, Szip: p})
+		dec.encoding = formats.Encoding(d.compression)
+		dec.codecs = append(dec.codecs, formats.Decompress{Method: formats.MethodSzip, Size: encoded, Szip: p})
 	case "rle", "roaring":
 		if !isBitmask || unpack != nil || unshuffle != nil {
 			return nil, unsupported("compression %s applies to unfiltered bitmask objects only", d.compression)
 		}
+		method, _ := wire.MaskMethod(d.compression)
 		dec.encoding = formats.Encoding(d.compression)
-		dec.codecs = append(dec.codecs, formats.BitmaskDecode{Method: d.compression, Prefixed: true, Count: d.elements})
+		dec.codecs = append(dec.codecs, formats.BitmaskDecode{Method: method, Prefixed: true, Count: d.elements})
 	case "blosc2", "zfp", "sz3":
 		return nil, unsupported("compression %s is not supported by this build (its payload is in the payload file)", d.compression)
 	default:
@@ -284,10 +285,11 @@ func (o *object) plan() (*decoding, error) {
 		}
 		dec.masks = &formats.Masks{Count: d.elements}
 		for kind, m := range d.masks {
-			if !wire.MaskMethod(m.method) {
+			method, ok := wire.MaskMethod(m.method)
+			if !ok {
 				return nil, unsupported("mask %s uses method %q, which is not supported", kind, m.method)
 			}
-			blob := &formats.MaskBlob{Method: m.method, Region: formats.Region{Offset: o.regionOff + m.offset, Length: m.length}}
+			blob := &formats.MaskBlob{Method: method, Region: formats.Region{Offset: o.regionOff + m.offset, Length: m.length}}
 			switch kind {
 			case "nan":
 				dec.masks.NaN = blob
@@ -425,10 +427,11 @@ func (o *object) tensor(m, i int, name string, base map[string]any) (*formats.Te
 	t.Components = append(t.Components, data)
 	for _, kind := range d.maskOrder() {
 		m := d.masks[kind]
+		method, _ := wire.MaskMethod(m.method) // plan refused the others
 		c := digest(&formats.Component{
 			Role: "mask_" + kind, DType: formats.Bitmask, Offset: o.regionOff + m.offset, Length: m.length,
 			Encoding: formats.Encoding(m.method), Size: int64(d.elements/8 + boolToUint(d.elements%8 != 0)),
-			Codecs: []formats.Codec{formats.BitmaskDecode{Method: m.method, Count: d.elements}},
+			Codecs: []formats.Codec{formats.BitmaskDecode{Method: method, Count: d.elements}},
 		})
 		t.Components = append(t.Components, c)
 	}

@@ -38,7 +38,8 @@ func readContainer(r io.ReaderAt, size int64) (*formats.Container, error) {
 		return nil, fmt.Errorf("invalid file size %d", size)
 	}
 	f := &file{r: r, size: uint64(size)}
-	c := &formats.Container{Format: "tensogram", FormatVersion: strconv.Itoa(wire.Version)}
+	// Tensors are named <message>/<object>: positions, which every file has.
+	c := &formats.Container{Format: "tensogram", FormatVersion: strconv.Itoa(wire.Version), PositionalNames: true}
 	var messages []any
 	var skipped []any
 	otherVersion := -1

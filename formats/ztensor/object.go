@@ -100,11 +100,11 @@ func (c *comp) component(fc *formats.Component) {
 	case c.encoding == string(formats.Zstd) && c.hasDec:
 		// Parsing refused values above 1<<63-1.
 		fc.Size = int64(c.decoded)
-		fc.Codecs = []formats.Codec{formats.Decompress{Method: "zstd", Size: c.decoded}}
+		fc.Codecs = []formats.Codec{formats.Decompress{Method: formats.MethodZstd, Size: c.decoded}}
 	case c.encoding == string(formats.Zstd):
 		fc.Size = -1
 		fc.MaxSize = maxDecoded
-		fc.Codecs = []formats.Codec{formats.Decompress{Method: "zstd", Unsized: true}}
+		fc.Codecs = []formats.Codec{formats.Decompress{Method: formats.MethodZstd, Unsized: true}}
 	default:
 		// Raw data, and stored bytes served unchanged for unknown
 		// encodings; lengths lie inside the file, so they fit.

@@ -1,10 +1,16 @@
 package cborjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"os/exec"
+	"strings"
 	"testing"
+	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/ztfs/ztfs/internal/testenv"
 )
 
 // TestAppendString checks the serde_json spelling of strings and that
@@ -71,5 +77,73 @@ func TestAppendStringEncodingJSON(t *testing.T) {
 			}
 		}
 		check(string(b))
+	}
+}
+
+// The PythonASCII spelling is Python's json.dumps, byte for byte, on every
+// character of the Basic Multilingual Plane and on strings of random
+// runes, astral ones included.
+func TestAppendStringPythonASCII(t *testing.T) {
+	python := testenv.Python(t)
+	var in []string
+	for r := rune(0); r < 0x10000; r++ {
+		if !utf16.IsSurrogate(r) {
+			in = append(in, string(r))
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		var b []byte
+		for range rng.IntN(12) {
+			r := rune(rng.IntN(0x110000))
+			if utf16.IsSurrogate(r) {
+				r = '"'
+			}
+			b = utf8.AppendRune(b, r)
+		}
+		in = append(in, string(b))
+	}
+	list, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-c", "import json, sys\nfor s in json.load(sys.stdin): print(json.dumps(s))")
+	cmd.Stdin = bytes.NewReader(list)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(want) != len(in) {
+		t.Fatalf("python printed %d strings for %d", len(want), len(in))
+	}
+	for i, s := range in {
+		if got := string(AppendString(nil, s, PythonASCII)); got != want[i] {
+			t.Fatalf("AppendString(%q) = %s, json.dumps %s", s, got, want[i])
+		}
+	}
+}
+
+// In every spelling, a byte that is not part of valid UTF-8 reads back as
+// U+FFFD; Serde and PythonASCII spell it as they spell U+FFFD
+// (EncodingJSON's are json.Marshal's, checked above).
+func TestAppendStringInvalidUTF8(t *testing.T) {
+	for _, s := range []string{"\xff", "a\xc3", "\xed\xa0\x80z", "é\x80☃\xf0\x9f", "\xef\xbf\xbd\xfe"} {
+		var valid strings.Builder
+		for i := 0; i < len(s); {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			valid.WriteRune(r) // RuneError for an invalid byte
+			i += size
+		}
+		for _, sp := range []Spelling{Serde, EncodingJSON, EncodingJSONNoHTML, PythonASCII} {
+			got, want := AppendString(nil, s, sp), AppendString(nil, valid.String(), sp)
+			var back string
+			if err := json.Unmarshal(got, &back); err != nil || back != valid.String() {
+				t.Errorf("spelling %d of %q: %s reads back as %q (%v)", sp, s, got, back, err)
+			}
+			if (sp == Serde || sp == PythonASCII) && !bytes.Equal(got, want) {
+				t.Errorf("spelling %d of %q: %s, want %s", sp, s, got, want)
+			}
+		}
 	}
 }

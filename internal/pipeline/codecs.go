@@ -28,7 +28,7 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 			}
 			declared, max := int64(k.Size), k.Size
 			if k.Unsized {
-				if len(c.Codecs) != 1 || k.Method != "zstd" {
+				if len(c.Codecs) != 1 || k.Method != formats.MethodZstd {
 					return nil, fmt.Errorf("%s decompression of unrecorded size must be a zstd stream and the only step", k.Method)
 				}
 				declared, max = c.Size, c.MaxSize
@@ -43,7 +43,7 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 				return nil, err
 			}
 			if cr, ok := r.(*blocks.Reader); ok {
-				if z, ok := cr.Source().(*zstdstream.Stream); ok && k.Method == "zstd-seekable" {
+				if z, ok := cr.Source().(*zstdstream.Stream); ok && k.Method == formats.MethodZstdSeekable {
 					p.seekables[c] = z // for CheckSeekTables
 				}
 			}
@@ -79,24 +79,64 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 	return cur, nil
 }
 
+// compressed is a stream a decompressor inflates: size is its decoded
+// size, or -1 for an unsized zstd stream (unknown, at most max).
+type compressed struct {
+	in     Reader
+	inSize int64
+	size   int64
+	max    uint64
+	step   formats.Decompress
+}
+
+// decompressors are the block sources of the compression methods
+// (formats.Decompress): a compression codec is its package in
+// internal/codec and one entry here.
+var decompressors = map[formats.Method]func(p *Pipeline, z compressed, h blocks.Cache) (blocks.Source, error){
+	formats.MethodZstd:         zstdSource(false),
+	formats.MethodZstdSeekable: zstdSource(true),
+	formats.MethodLZ4: func(p *Pipeline, z compressed, h blocks.Cache) (blocks.Source, error) {
+		return sequential.LZ4(z.in, z.inSize, z.size, p.opts.BlockSize, h), nil
+	},
+	formats.MethodSzip: func(p *Pipeline, z compressed, h blocks.Cache) (blocks.Source, error) {
+		return sequential.Szip(z.in, z.inSize, z.size, z.step.Szip, p.opts.BlockSize, h, p.opts.Logf)
+	},
+}
+
+// zstdSource returns the decompressor of zstd streams, which must end in a
+// seek table when seekable.
+func zstdSource(seekable bool) func(p *Pipeline, z compressed, h blocks.Cache) (blocks.Source, error) {
+	return func(p *Pipeline, z compressed, h blocks.Cache) (blocks.Source, error) {
+		return zstdstream.New(z.in, z.inSize, z.size, z.max, p.opts.BlockSize, seekable, p.pool, h), nil
+	}
+}
+
 // decompress returns the stage that inflates in with method k to size
 // bytes (-1, for an unsized zstd stream: unknown, at most max).
 func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, size int64, max uint64) (Reader, error) {
-	switch k.Method {
-	case "zstd", "zstd-seekable":
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
-			return zstdstream.New(in, inSize, size, max, p.opts.BlockSize, k.Method == "zstd-seekable", p.pool, h), nil
-		})
-	case "lz4":
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
-			return sequential.LZ4(in, inSize, size, p.opts.BlockSize, h), nil
-		})
-	case "szip":
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
-			return sequential.Szip(in, inSize, size, k.Szip, p.opts.BlockSize, h, p.opts.Logf)
-		})
+	newSource, ok := decompressors[k.Method]
+	if !ok {
+		return nil, fmt.Errorf("compression %q is not supported", k.Method)
 	}
-	return nil, fmt.Errorf("compression %q is not supported", k.Method)
+	z := compressed{in: in, inSize: inSize, size: size, max: max, step: k}
+	return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) { return newSource(p, z, h) })
+}
+
+// bitmaskCodings are the stages of the bitmask codings
+// (formats.BitmaskDecode), each returning the packed form, packed bytes,
+// of k.Count elements: a bitmask codec is its package in internal/codec
+// and one entry here.
+var bitmaskCodings = map[formats.Method]func(p *Pipeline, in Reader, inSize int64, k formats.BitmaskDecode, packed uint64) (Reader, error){
+	formats.MethodRLE:     indexedBitmask,
+	formats.MethodRoaring: indexedBitmask,
+	formats.MethodNone: func(_ *Pipeline, in Reader, inSize int64, k formats.BitmaskDecode, packed uint64) (Reader, error) {
+		if k.Prefixed || uint64(inSize) != packed {
+			return nil, fmt.Errorf("bitmask of %d elements is %d bytes packed, not %d", k.Count, packed, inSize)
+		}
+		return in, nil
+	},
+	formats.MethodZstd: compressedBitmask,
+	formats.MethodLZ4:  compressedBitmask,
 }
 
 // bitmaskStage returns the packed form of a coded bitmask of k.Count
@@ -108,26 +148,31 @@ func (p *Pipeline) bitmaskStage(in Reader, inSize int64, k formats.BitmaskDecode
 	if packed > math.MaxInt64 {
 		return nil, fmt.Errorf("bitmask of %d elements is too large", k.Count)
 	}
-	switch k.Method {
-	case "rle", "roaring":
-		if inSize > maxWholeInput {
-			return nil, fmt.Errorf("bitmask %s: %d stored bytes exceed the %d-byte limit", k.Method, inSize, maxWholeInput)
-		}
-		return &indexed{in: in, inSize: inSize, size: int64(packed), build: func(blob []byte) (bitmask.Index, error) {
-			return bitmask.NewIndex(k.Method, blob, k.Count, k.Prefixed)
-		}}, nil
-	case "none":
-		if k.Prefixed || uint64(inSize) != packed {
-			return nil, fmt.Errorf("bitmask of %d elements is %d bytes packed, not %d", k.Count, packed, inSize)
-		}
-		return in, nil
-	case "zstd", "lz4":
-		if k.Prefixed {
-			break
-		}
-		return p.decompress(in, inSize, formats.Decompress{Method: k.Method, Size: packed}, int64(packed), packed)
+	stage, ok := bitmaskCodings[k.Method]
+	if !ok {
+		return nil, fmt.Errorf("bitmask coding %q is not supported", k.Method)
 	}
-	return nil, fmt.Errorf("bitmask coding %q is not supported", k.Method)
+	return stage(p, in, inSize, k, packed)
+}
+
+// indexedBitmask serves a run-length or Roaring coding through an index of
+// its runs.
+func indexedBitmask(_ *Pipeline, in Reader, inSize int64, k formats.BitmaskDecode, packed uint64) (Reader, error) {
+	if inSize > maxWholeInput {
+		return nil, fmt.Errorf("bitmask %s: %d stored bytes exceed the %d-byte limit", k.Method, inSize, maxWholeInput)
+	}
+	return &indexed{in: in, inSize: inSize, size: int64(packed), build: func(blob []byte) (bitmask.Index, error) {
+		return bitmask.NewIndex(string(k.Method), blob, k.Count, k.Prefixed)
+	}}, nil
+}
+
+// compressedBitmask inflates a compressed packed bitmask, which carries no
+// bit count of its own.
+func compressedBitmask(p *Pipeline, in Reader, inSize int64, k formats.BitmaskDecode, packed uint64) (Reader, error) {
+	if k.Prefixed {
+		return nil, fmt.Errorf("bitmask coding %q is not supported", k.Method)
+	}
+	return p.decompress(in, inSize, formats.Decompress{Method: k.Method, Size: packed}, int64(packed), packed)
 }
 
 // indexed serves a coded bitmask through a range index built on first use

@@ -226,7 +226,7 @@ func TestBitmaskDecodeChains(t *testing.T) {
 	for _, c := range cases {
 		p := newTestPipeline(t, src, Options{BlockSize: 1024, Cache: nil})
 		comp := codecComponent(c.off, c.stored, formats.Bitmask, len(packed),
-			formats.BitmaskDecode{Method: c.method, Prefixed: c.prefixed, Count: n})
+			formats.BitmaskDecode{Method: formats.Method(c.method), Prefixed: c.prefixed, Count: n})
 		r := p.Component(&formats.Tensor{Name: "t"}, comp)
 		pipelinetest.CheckRandomReads(t, r, packed, 7)
 		if got := pipelinetest.MustReadAll(t, r); !bytes.Equal(got, packed) {
@@ -279,7 +279,7 @@ func TestMasksRestoreNonFinite(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				*blob = &formats.MaskBlob{Method: method, Region: formats.Region{Offset: b.Add(enc), Length: uint64(len(enc))}}
+				*blob = &formats.MaskBlob{Method: formats.Method(method), Region: formats.Region{Offset: b.Add(enc), Length: uint64(len(enc))}}
 			}
 			p := newTestPipeline(t, b.Open(t), Options{})
 			comp := rawComponent("data", tc.dt, off, data)

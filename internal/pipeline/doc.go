@@ -7,7 +7,8 @@
 // be served without a copy.
 //
 // This package builds the chains (pipeline.go: components, digests,
-// tensor.npy; codecs.go: the decoding steps; chain.go, elementwise.go,
+// tensor.npy; codecs.go: the decoding steps, with the tables that map each
+// codec name, formats.Method, to its stage; chain.go, elementwise.go,
 // checked.go, values.go: the links that change no block) and learns, for
 // the session, the sizes an index leaves unknown (sizes.go: ResolveSizes).
 // The links are its parts': package stream (the Reader interface, the

@@ -318,12 +318,12 @@ func loneZstd(c *formats.Component) bool {
 		return false
 	}
 	d, ok := c.Codecs[0].(formats.Decompress)
-	return ok && d.Method == "zstd"
+	return ok && d.Method == formats.MethodZstd
 }
 
 func seekable(c *formats.Component) bool {
 	for _, k := range c.Codecs {
-		if d, ok := k.(formats.Decompress); ok && d.Method == "zstd-seekable" {
+		if d, ok := k.(formats.Decompress); ok && d.Method == formats.MethodZstdSeekable {
 			return true
 		}
 	}

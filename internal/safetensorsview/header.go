@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/internal/cborjson"
 )
 
 // metadata returns the JSON object of __metadata__: every value a string,
@@ -174,62 +175,8 @@ func index(files []File, shards [][]*entry) []byte {
 // as surrogate pairs). A byte that is not part of valid UTF-8 becomes
 // U+FFFD (tensor names never have one: such tensors are left out).
 func appendString(b []byte, s string, ascii bool) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	plain := !ascii && utf8.ValidString(s)
-	for i := 0; i < len(s); {
-		if plain {
-			// Bytes that need no escape go in runs.
-			j := i
-			for j < len(s) && s[j] >= 0x20 && s[j] != '"' && s[j] != '\\' {
-				j++
-			}
-			b = append(b, s[i:j]...)
-			if i = j; i == len(s) {
-				break
-			}
-		}
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c == '\n':
-			b = append(b, '\\', 'n')
-		case c == '\r':
-			b = append(b, '\\', 'r')
-		case c == '\t':
-			b = append(b, '\\', 't')
-		case c == '\b':
-			b = append(b, '\\', 'b')
-		case c == '\f':
-			b = append(b, '\\', 'f')
-		case c < 0x20 || ascii && c == 0x7F:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if !ascii {
-				if r == utf8.RuneError && size == 1 {
-					b = utf8.AppendRune(b, utf8.RuneError)
-				} else {
-					b = append(b, s[i:i+size]...)
-				}
-				i += size
-				continue
-			}
-			units := []rune{r}
-			if r > 0xFFFF {
-				r -= 0x10000
-				units = []rune{0xD800 + r>>10, 0xDC00 + r&0x3FF}
-			}
-			for _, u := range units {
-				b = append(b, '\\', 'u', hex[u>>12&0xF], hex[u>>8&0xF], hex[u>>4&0xF], hex[u&0xF])
-			}
-			i += size
-			continue
-		default:
-			b = append(b, c)
-		}
-		i++
+	if ascii {
+		return cborjson.AppendString(b, s, cborjson.PythonASCII)
 	}
-	return append(b, '"')
+	return cborjson.AppendString(b, s, cborjson.Serde)
 }

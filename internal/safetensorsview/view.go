@@ -157,9 +157,6 @@ func collect(c *formats.Container, p *pipeline.Pipeline, unreadable map[int]stri
 	taken := make(map[string]bool, len(c.Tensors))
 	for _, t := range c.Tensors {
 		name := t.Name
-		if c.Format == "tensogram" {
-			name = strings.Join(t.DirPath(), "/")
-		}
 		e, why := classify(t, p, unreadable)
 		switch {
 		case why != "":

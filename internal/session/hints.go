@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/formats/detect"
 	"github.com/ztfs/ztfs/internal/source"
 )
 
@@ -33,11 +34,12 @@ func Hints(path string) []string {
 }
 
 // shardHint names the folder to mount when path is one shard of a
-// checkpoint and its folder holds an index or the other shards. A GGUF
-// split is left alone: naming one mounts the whole model already.
+// checkpoint and its folder holds an index or the other shards. A file of
+// a split model (a GGUF split, detect.SplitName) is left alone: naming one
+// mounts the whole model already.
 func shardHint(path string) string {
 	m := shardName.FindStringSubmatch(filepath.Base(path))
-	if m == nil || m[4] == "gguf" {
+	if m == nil || detect.SplitName(filepath.Base(path)) {
 		return ""
 	}
 	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {

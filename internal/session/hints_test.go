@@ -98,6 +98,16 @@ func TestShardHint(t *testing.T) {
 	if h := Hints(filepath.Join(dir, "model.safetensors")); len(h) != 0 {
 		t.Errorf("not a shard: %q", h)
 	}
+	// A split of a GGUF model mounts the whole model: no hint.
+	splits := t.TempDir()
+	for _, name := range []string{"tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"} {
+		if err := os.WriteFile(filepath.Join(splits, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := Hints(filepath.Join(splits, "tiny-00001-of-00002.gguf")); len(h) != 0 {
+		t.Errorf("a GGUF split: %q", h)
+	}
 }
 
 // A Hugging Face cache repository folder (models--org--name) holds no

@@ -2,12 +2,12 @@ package session
 
 import (
 	"fmt"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/ztfs/ztfs/formats"
-	"github.com/ztfs/ztfs/formats/gguf"
 )
 
 // part is one weight file of a model folder, parsed.
@@ -26,7 +26,7 @@ type part struct {
 // its source. A tensor or file name that occurs in two weight files is an
 // error naming both. The parts' containers are changed in place.
 func merge(parts []part) (*formats.Container, error) {
-	out := &formats.Container{Format: parts[0].C.Format, FormatVersion: parts[0].C.FormatVersion}
+	out := &formats.Container{Format: parts[0].C.Format, FormatVersion: parts[0].C.FormatVersion, OwnWeightsFile: true}
 	owner := map[string]string{}
 	files := map[string]string{}
 	n := 0
@@ -34,12 +34,13 @@ func merge(parts []part) (*formats.Container, error) {
 		n += len(p.C.Tensors)
 	}
 	out.Tensors = make([]*formats.Tensor, 0, n)
-	splits := ggufSplits(parts)
+	movePerFile(parts)
 	for _, p := range parts {
 		c := p.C
-		if c.Format == "tensogram" && len(parts) > 1 {
+		if c.PositionalNames && len(parts) > 1 {
 			prefixPaths(p)
 		}
+		out.OwnWeightsFile = out.OwnWeightsFile && c.OwnWeightsFile
 		if c.Format != out.Format {
 			out.Format, out.FormatVersion = "mixed", ""
 		} else if c.FormatVersion != out.FormatVersion {
@@ -69,12 +70,13 @@ func merge(parts []part) (*formats.Container, error) {
 		}
 	}
 	out.Attributes = commonAttributes(parts)
-	if splits {
-		// The splits of a GGUF model: the general metadata is in the
+	if splitModel(parts) {
+		// The files of a split model: the general metadata is in the
 		// first only.
+		first := parts[0].C
 		out.Attributes = map[string]any{}
-		for k, v := range parts[0].C.Attributes {
-			if k != "split.no" {
+		for k, v := range first.Attributes {
+			if !slices.Contains(first.Split.FileAttributes, k) {
 				out.Attributes[k] = v
 			}
 		}
@@ -82,29 +84,44 @@ func merge(parts []part) (*formats.Container, error) {
 	return out, nil
 }
 
-// ggufSplits reports whether parts are several GGUF files (the splits of
-// one model). Whatever the other parts are, it moves the gguf_metadata.json
-// of every GGUF part but the first to gguf_metadata/<file name>.json: the
-// root's is the first split's, which holds the model's metadata, and the
-// folder's file names keep the others apart.
-func ggufSplits(parts []part) bool {
-	all, first := len(parts) > 1, true
+// splitModel reports whether parts are several files of a format that
+// splits models (formats.Split): the files of one model.
+func splitModel(parts []part) bool {
+	if len(parts) < 2 {
+		return false
+	}
 	for _, p := range parts {
-		if p.C.Format != "gguf" {
-			all = false
-			continue
-		}
-		if first {
-			first = false
-			continue
-		}
-		for _, f := range p.C.Files {
-			if f.Name == gguf.MetadataFile && f.Dir == nil {
-				f.Dir, f.Name = []string{"gguf_metadata"}, p.Name+".json"
-			}
+		if p.C.Split == nil {
+			return false
 		}
 	}
-	return all
+	return true
+}
+
+// movePerFile moves the root files about their container's file
+// (formats.File.PerFile) of every part but the first that has them,
+// whatever the parts are: gguf_metadata.json to gguf_metadata/<file
+// name>.json. The root's is the first file's (a split model's first file
+// holds the model's metadata), and the folder's file names keep the
+// others apart.
+func movePerFile(parts []part) {
+	first := true
+	for _, p := range parts {
+		has := false
+		for _, f := range p.C.Files {
+			if !f.PerFile || f.Dir != nil {
+				continue
+			}
+			has = true
+			if !first {
+				ext := path.Ext(f.Name)
+				f.Dir, f.Name = []string{strings.TrimSuffix(f.Name, ext)}, p.Name+ext
+			}
+		}
+		if has {
+			first = false
+		}
+	}
 }
 
 // prefixPaths puts the tensors of Tensogram file p below a directory named

@@ -74,7 +74,7 @@ func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts
 		return err
 	}
 	c.Shards = shardsOf(l.infos, l.digests)
-	if allSafetensors(l.parts) {
+	if c.OwnWeightsFile {
 		// The weight files are the root's safetensors, under their own
 		// names, next to their index.
 		for _, p := range l.parts {
@@ -332,7 +332,7 @@ func chooseWeights(fd *folder, formatOf map[string]string, given *weightIndex) (
 		if len(names) == 0 {
 			return nil, fmt.Errorf("no tensor file in the folder: it holds no regular file")
 		}
-		return nil, fmt.Errorf("no tensor file in the folder: none of %s is zTensor, safetensors, Tensogram, MCF or GGUF", strings.Join(names, ", "))
+		return nil, fmt.Errorf("no tensor file in the folder: none of %s is %s", strings.Join(names, ", "), detect.Titles())
 	}
 	return out, nil
 }
@@ -444,7 +444,7 @@ func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, is
 // missing) to files that are not there. Such an index is not shown, and
 // the view, when sharded, shows its own.
 func staleIndexes(parts []part, indexes []*weightIndex, isWeight map[string]bool, given *weightIndex) map[string]bool {
-	if allSafetensors(parts) {
+	if ownWeightsFiles(parts) {
 		return nil
 	}
 	stale := map[string]bool{}
@@ -486,10 +486,11 @@ func shardsOf(infos []tree.SourceInfo, digests []string) []*formats.Shard {
 	return out
 }
 
-// allSafetensors reports whether every weight file is safetensors.
-func allSafetensors(parts []part) bool {
+// ownWeightsFiles reports whether every weight file is itself the weights
+// the root shows (formats.Container.OwnWeightsFile: safetensors files).
+func ownWeightsFiles(parts []part) bool {
 	for _, p := range parts {
-		if p.C.Format != "safetensors" {
+		if !p.C.OwnWeightsFile {
 			return false
 		}
 	}

@@ -1,8 +1,14 @@
-// Package session opens a container for serving: its source files (the
-// container's own and the shards its index names), its detected format and
-// parsed index, the decoding pipeline and the laid-out tree. The mount,
-// `ztfs cat`, `ztfs inspect`, `ztfs verify` and `ztfs convert` all start
-// here.
+// Package session opens what a mount serves: a container file, a model
+// folder or its weight index, local or at a URL (internal/source's
+// schemes); its source files (the container's own, the shards its index
+// names, a folder's weight files and other files, a split model's files),
+// each container's detected format and parsed index, the folder's
+// containers merged into one model, the sizes the indexes leave unknown,
+// the decoding pipeline, the root's safetensors view and the laid-out
+// tree. What it does with a format depends on the capabilities its reader
+// sets on the container (formats.Container), never on the format's name.
+// The mount, `ztfs cat`, `ztfs inspect`, `ztfs verify` and `ztfs convert`
+// all start here.
 package session
 
 import (
@@ -19,6 +25,7 @@ import (
 	"github.com/ztfs/ztfs/formats"
 	"github.com/ztfs/ztfs/formats/detect"
 	"github.com/ztfs/ztfs/internal/pipeline"
+	"github.com/ztfs/ztfs/internal/safetensorsview"
 	"github.com/ztfs/ztfs/internal/source"
 	"github.com/ztfs/ztfs/internal/tree"
 )
@@ -293,10 +300,10 @@ func (s *Session) open(src source.Source, path string, opts Options) error {
 	infos := []tree.SourceInfo{{Path: Name(path), Size: src.Size(), Format: c.Format, FormatVersion: c.FormatVersion}}
 	infos, digests, missing := s.openShards(c, path, opts.Guard, infos)
 	s.WeightFiles = len(s.Sources)
-	if c.Format == "safetensors" {
+	if c.OwnWeightsFile {
 		// The file itself is the root's weights, under the name loaders
 		// look for.
-		c.Files = append(c.Files, &formats.File{Name: "model.safetensors", Length: uint64(src.Size()), Weights: true})
+		c.Files = append(c.Files, &formats.File{Name: safetensorsview.SingleName, Length: uint64(src.Size()), Weights: true})
 	}
 	return s.finish(c, infos, digests, missing, nil, opts)
 }

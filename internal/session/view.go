@@ -12,12 +12,13 @@ import (
 )
 
 // view returns the root files of the safetensors view of c: none when its
-// weights are safetensors files already (they are shown as they are), else
-// the computed model.safetensors (or its shards and index). A view that
-// cannot be made, or whose names the container's own root files take, is
-// left out with a warning: the mount serves everything else.
+// weights are safetensors files already (formats.Container.OwnWeightsFile:
+// they are shown as they are), else the computed model.safetensors (or its
+// shards and index). A view that cannot be made, or whose names the
+// container's own root files take, is left out with a warning: the mount
+// serves everything else.
 func (s *Session) view(c *formats.Container, infos []tree.SourceInfo, origin *tree.SourceInfo, opts Options) []tree.Extra {
-	if c.Format == "safetensors" {
+	if c.OwnWeightsFile {
 		s.ViewPath = "source"
 		return nil
 	}

@@ -1,10 +1,13 @@
 // Package testenv lets tests demand what they need from the machine: FUSE
 // mounts, a Python with NumPy and the modules a test names, nginx, which
 // StartNginx runs as a test's own HTTP(S) server, and versitygw, which
-// StartS3 runs as a test's own S3 server. Where one
-// is missing a test is skipped on a developer's machine, but fails when
-// ZTFS_REQUIRE_ALL=1, as in CI, so that nothing is silently left untested
-// there.
+// StartS3 runs as a test's own S3 server; and gives them faults to meet: a
+// proxy between ztfs and a test's server that stalls, drips or resets
+// (StartFaultProxy), a command run where names do not resolve
+// (WithoutDNS), storage that fails (faultfs) and a stand-in Hugging Face
+// Hub (hfhub). Where a tool is missing, a test is skipped on a
+// developer's machine, but fails when ZTFS_REQUIRE_ALL=1, as in CI, so
+// that nothing is silently left untested there.
 package testenv
 
 import (

@@ -2,7 +2,7 @@
 // docs/tree.md defines it: manifest.json, tensors/<escaped
 // path>/{meta.json, one file per component, tensor.npy}, and a format's
 // extra files at the root, each file with the pipeline reader that serves
-// it. It knows nothing of FUSE: the fusefs package and `ztfs cat` both serve it.
+// it. It knows nothing of FUSE: the fs package and `ztfs cat` both serve it.
 //
 // Laying out costs little per tensor: a tensor's directory is filled on
 // first use, and manifest.json and meta.json are written when first read.

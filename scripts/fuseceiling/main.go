@@ -23,10 +23,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/ztfs/ztfs/internal/fusefs"
+	"github.com/ztfs/ztfs/fs"
 )
 
 func main() {
@@ -68,14 +68,14 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 	}
 	timeout := time.Hour
 	root := &dir{file: &rangeFile{src: f, off: off, size: length}}
-	server, err := fs.Mount(mountpoint, root, &fs.Options{
+	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		MountOptions: fuse.MountOptions{
 			FsName:           source,
 			Name:             "fuseceiling",
 			Options:          []string{"ro", "default_permissions"},
-			MaxWrite:         fusefs.MaxRequest,
+			MaxWrite:         fs.MaxRequest,
 			DirectMount:      os.Geteuid() == 0,
 			DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_RDONLY,
 		},
@@ -84,7 +84,7 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 		return err
 	}
 	if readAhead > 0 {
-		if err := fusefs.SetReadAhead(mountpoint, readAhead); err != nil {
+		if err := fs.SetReadAhead(mountpoint, readAhead); err != nil {
 			fmt.Fprintln(os.Stderr, "fuseceiling: read-ahead left at the kernel's default:", err)
 		}
 	}
@@ -100,58 +100,58 @@ func run(source, offArg, lenArg, mountpoint string, readAhead int64) error {
 
 // dir is the mount's root: one file, "data".
 type dir struct {
-	fs.Inode
+	gofs.Inode
 	file *rangeFile
 }
 
-var _ fs.NodeOnAdder = (*dir)(nil)
+var _ gofs.NodeOnAdder = (*dir)(nil)
 
 func (d *dir) OnAdd(ctx context.Context) {
-	d.AddChild("data", d.NewPersistentInode(ctx, d.file, fs.StableAttr{Mode: syscall.S_IFREG}), false)
+	d.AddChild("data", d.NewPersistentInode(ctx, d.file, gofs.StableAttr{Mode: syscall.S_IFREG}), false)
 }
 
 // rangeFile is bytes [off, off+size) of src, read by splice.
 type rangeFile struct {
-	fs.Inode
+	gofs.Inode
 	src       *os.File
 	off, size int64
 }
 
 var (
-	_ fs.NodeGetattrer = (*rangeFile)(nil)
-	_ fs.NodeOpener    = (*rangeFile)(nil)
-	_ fs.NodeReader    = (*rangeFile)(nil)
+	_ gofs.NodeGetattrer = (*rangeFile)(nil)
+	_ gofs.NodeOpener    = (*rangeFile)(nil)
+	_ gofs.NodeReader    = (*rangeFile)(nil)
 )
 
-func (r *rangeFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (r *rangeFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	out.Mode = 0o444
 	out.Size = uint64(r.size)
 	return 0
 }
 
-func (r *rangeFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (r *rangeFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	return nil, fuse.FOPEN_KEEP_CACHE, 0
 }
 
-func (r *rangeFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (r *rangeFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off >= r.size {
 		return fuse.ReadResultData(nil), 0
 	}
 	n := min(int64(len(dest)), r.size-off)
-	if fusefs.SpliceFits(r.off+off, n) {
+	if fs.SpliceFits(r.off+off, n) {
 		return fuse.ReadResultFd(r.src.Fd(), r.off+off, int(n)), 0
 	}
 	// What ztfs does too when a splice cannot fit the pipe: one copy here,
 	// then one writev to the kernel.
 	m, err := r.src.ReadAt(dest[:n], r.off+off)
 	if err != nil && int64(m) < n {
-		return nil, fs.ToErrno(err)
+		return nil, gofs.ToErrno(err)
 	}
 	return copiedRead(dest[:m]), 0
 }
 
 // copiedRead is a reply go-fuse writes to the kernel in one writev, as
-// ztfs's replies of cached blocks are (internal/fusefs/fs.go, lentRead): a
+// ztfs's replies of cached blocks are (fs/fs.go, lentRead): a
 // plain data result would be copied again into a pipe and spliced.
 type copiedRead []byte
 

@@ -1,5 +1,6 @@
-// Command ztgen writes the zTensor files the demo and the benchmarks use,
-// and times in-process decoding for the benchmark's baselines.
+// Command ztgen writes the files the demo and the benchmarks use (zTensor,
+// and Tensogram, MCF and GGUF files for their rows), and times in-process
+// decoding for the benchmark's baselines.
 //
 //	ztgen sample OUT            a small model: dense, zstd, bf16 and sparse tensors
 //	ztgen raw OUT SIZE          one raw f32 tensor of SIZE bytes

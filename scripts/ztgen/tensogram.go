@@ -78,7 +78,7 @@ func decodeTensogram(path string) error {
 		case formats.Decompress:
 			out := make([]byte, k.Size)
 			switch k.Method {
-			case "zstd":
+			case formats.MethodZstd:
 				dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
 				if err != nil {
 					return err
@@ -88,11 +88,11 @@ func decodeTensogram(path string) error {
 				if err != nil {
 					return err
 				}
-			case "lz4":
+			case formats.MethodLZ4:
 				if _, err := lz4.UncompressBlock(buf[4:], out); err != nil {
 					return err
 				}
-			case "szip":
+			case formats.MethodSzip:
 				p := szip.Params{BitsPerSample: k.Szip.BitsPerSample, BlockSize: k.Szip.BlockSize, RSI: k.Szip.RSI, Flags: k.Szip.Flags}
 				if out, err = szip.Decode(buf, p, int64(k.Size)); err != nil {
 					return err
@@ -131,7 +131,7 @@ func szipStream(path, out string) error {
 	}
 	var step *formats.Decompress
 	for _, k := range comp.Codecs {
-		if d, ok := k.(formats.Decompress); ok && d.Method == "szip" {
+		if d, ok := k.(formats.Decompress); ok && d.Method == formats.MethodSzip {
 			step = &d
 		}
 	}

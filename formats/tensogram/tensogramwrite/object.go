@@ -151,7 +151,7 @@ func checkObject(o *Object) (*objectPlan, error) {
 		if !maskableDtypes[o.DType] {
 			return nil, fmt.Errorf("NaN/Inf masks apply to float and complex dtypes, not %s", o.DType)
 		}
-		if !wire.MaskMethod(o.Masks) {
+		if _, ok := wire.MaskMethod(o.Masks); !ok {
 			return nil, fmt.Errorf("unknown or unsupported mask method %q (want none, rle, roaring, zstd or lz4)", o.Masks)
 		}
 	}

@@ -733,9 +733,9 @@ func decodeComponent(t *testing.T, file []byte, c *formats.Component) []byte {
 			b = out
 		case formats.BitmaskDecode:
 			if x.Prefixed {
-				b, err = bitmask.DecodeCompressed(x.Method, b, x.Count, 1<<20)
+				b, err = bitmask.DecodeCompressed(string(x.Method), b, x.Count, 1<<20)
 			} else {
-				b, err = bitmask.DecodeMask(x.Method, b, x.Count, 1<<20)
+				b, err = bitmask.DecodeMask(string(x.Method), b, x.Count, 1<<20)
 			}
 		default:
 			err = fmt.Errorf("codec %T", codec)

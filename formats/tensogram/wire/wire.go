@@ -88,13 +88,21 @@ func DTypeOf(name string) (DType, bool) {
 // their blobs out.
 func MaskKinds() [3]string { return [3]string{"nan", "inf+", "inf-"} }
 
-// MaskMethod reports whether masks coded with method are ones ztfs decodes.
-func MaskMethod(method string) bool {
-	switch method {
-	case "none", "rle", "roaring", "zstd", "lz4":
-		return true
-	}
-	return false
+// maskMethods are the codings of bitmasks ztfs decodes, by the names
+// descriptors give them (a mask's method, a bitmask object's compression).
+var maskMethods = map[string]formats.Method{
+	"none":    formats.MethodNone,
+	"rle":     formats.MethodRLE,
+	"roaring": formats.MethodRoaring,
+	"zstd":    formats.MethodZstd,
+	"lz4":     formats.MethodLZ4,
+}
+
+// MaskMethod returns the codec of a bitmask coded with method, as a
+// descriptor names it; ok is false for a coding ztfs does not decode.
+func MaskMethod(method string) (codec formats.Method, ok bool) {
+	codec, ok = maskMethods[method]
+	return codec, ok
 }
 
 // Size is the bytes of n elements of width bytes, which must fit in 63

@@ -151,7 +151,7 @@ func (p *v2Part) component(source map[string]int) (*formats.Component, error) {
 			return nil, reject(RuleSchema, "part %q: decoded_length %d is larger than any file can be", p.name, p.decoded)
 		}
 		c.Encoding = formats.Encoding(SeekableEncoding)
-		c.Codecs = []formats.Codec{formats.Decompress{Method: "zstd-seekable", Size: p.decoded}}
+		c.Codecs = []formats.Codec{formats.Decompress{Method: formats.MethodZstdSeekable, Size: p.decoded}}
 		c.Size = int64(p.decoded)
 	default:
 		c.Encoding = formats.Encoding(p.encoding) // served as stored

@@ -191,21 +191,13 @@ func (z *reader) decode() error {
 			}
 
 		case stLitExt:
-			b, err := z.byte1("a literal length")
-			if err != nil {
+			if err := z.extend("a literal length", literalsOverrun, stLit); err != nil {
 				return err
-			}
-			z.n += int64(b)
-			if z.n > z.want-z.out {
-				return z.corrupt("%d literals overrun the output", z.n)
-			}
-			if b != 255 {
-				z.st = stLit
 			}
 
 		case stLit:
-			if z.n > z.want-z.out {
-				return z.corrupt("%d literals overrun the output", z.n)
+			if err := z.fits(literalsOverrun); err != nil {
+				return err
 			}
 			for z.n > 0 && z.w < len(z.win) {
 				if err := z.more(); err != nil {
@@ -260,21 +252,13 @@ func (z *reader) decode() error {
 			}
 
 		case stMatchExt:
-			b, err := z.byte1("a match length")
-			if err != nil {
+			if err := z.extend("a match length", matchOverruns, stMatch); err != nil {
 				return err
-			}
-			z.n += int64(b)
-			if z.n > z.want-z.out {
-				return z.corrupt("match of %d bytes overruns the output", z.n)
-			}
-			if b != 255 {
-				z.st = stMatch
 			}
 
 		case stMatch:
-			if z.n > z.want-z.out {
-				return z.corrupt("match of %d bytes overruns the output", z.n)
+			if err := z.fits(matchOverruns); err != nil {
+				return err
 			}
 			k := int(min(z.n, int64(len(z.win)-z.w)))
 			z.copyMatch(k)
@@ -284,6 +268,40 @@ func (z *reader) decode() error {
 			}
 
 		}
+	}
+	return nil
+}
+
+// What fits says of a run of literals or a match longer than the output
+// left.
+const (
+	literalsOverrun = "%d literals overrun the output"
+	matchOverruns   = "match of %d bytes overruns the output"
+)
+
+// extend adds the next byte of a length's extension to z.n (a length of 15
+// or more goes on in bytes until one is not 255), and moves to next after
+// the last; what names the length in errors.
+func (z *reader) extend(what, overrun string, next state) error {
+	b, err := z.byte1(what)
+	if err != nil {
+		return err
+	}
+	z.n += int64(b)
+	if err := z.fits(overrun); err != nil {
+		return err
+	}
+	if b != 255 {
+		z.st = next
+	}
+	return nil
+}
+
+// fits fails, saying overrun, when a run of z.n bytes would take the
+// output past its size.
+func (z *reader) fits(overrun string) error {
+	if z.n > z.want-z.out {
+		return z.corrupt(overrun, z.n)
 	}
 	return nil
 }

@@ -187,15 +187,20 @@ func deinterleave2(p0, p1, src []byte) {
 // the 4×8 matrix in r0..r3. It is its own inverse.
 func transpose4(r0, r1, r2, r3 uint64) (uint64, uint64, uint64, uint64) {
 	const m1, m2 = 0x00FF00FF00FF00FF, 0x0000FFFF0000FFFF
-	t := (r0>>8 ^ r1) & m1
-	r0, r1 = r0^t<<8, r1^t
-	t = (r2>>8 ^ r3) & m1
-	r2, r3 = r2^t<<8, r3^t
-	t = (r0>>16 ^ r2) & m2
-	r0, r2 = r0^t<<16, r2^t
-	t = (r1>>16 ^ r3) & m2
-	r1, r3 = r1^t<<16, r3^t
+	r0, r1 = swapBits(r0, r1, 8, m1)
+	r2, r3 = swapBits(r2, r3, 8, m1)
+	r0, r2 = swapBits(r0, r2, 16, m2)
+	r1, r3 = swapBits(r1, r3, 16, m2)
 	return r0, r1, r2, r3
+}
+
+// swapBits exchanges the bits of a that mask<<shift selects with those of
+// b that mask selects: one step of a transpose, which swaps the
+// off-diagonal blocks of a 2×2 block matrix.
+func swapBits(a, b uint64, shift uint, mask uint64) (uint64, uint64) {
+	t := (a>>shift ^ b) & mask
+	b ^= t
+	return a ^ t<<shift, b
 }
 
 func interleave4(dst, p0, p1, p2, p3 []byte) {
@@ -237,32 +242,18 @@ func deinterleave4(p0, p1, p2, p3, src []byte) {
 // inverse.
 func transpose8(r0, r1, r2, r3, r4, r5, r6, r7 uint64) (uint64, uint64, uint64, uint64, uint64, uint64, uint64, uint64) {
 	const m1, m2, m4 = 0x00FF00FF00FF00FF, 0x0000FFFF0000FFFF, 0x00000000FFFFFFFF
-	t := (r0>>8 ^ r1) & m1
-	r0, r1 = r0^t<<8, r1^t
-	t = (r2>>8 ^ r3) & m1
-	r2, r3 = r2^t<<8, r3^t
-	t = (r4>>8 ^ r5) & m1
-	r4, r5 = r4^t<<8, r5^t
-	t = (r6>>8 ^ r7) & m1
-	r6, r7 = r6^t<<8, r7^t
-
-	t = (r0>>16 ^ r2) & m2
-	r0, r2 = r0^t<<16, r2^t
-	t = (r1>>16 ^ r3) & m2
-	r1, r3 = r1^t<<16, r3^t
-	t = (r4>>16 ^ r6) & m2
-	r4, r6 = r4^t<<16, r6^t
-	t = (r5>>16 ^ r7) & m2
-	r5, r7 = r5^t<<16, r7^t
-
-	t = (r0>>32 ^ r4) & m4
-	r0, r4 = r0^t<<32, r4^t
-	t = (r1>>32 ^ r5) & m4
-	r1, r5 = r1^t<<32, r5^t
-	t = (r2>>32 ^ r6) & m4
-	r2, r6 = r2^t<<32, r6^t
-	t = (r3>>32 ^ r7) & m4
-	r3, r7 = r3^t<<32, r7^t
+	r0, r1 = swapBits(r0, r1, 8, m1)
+	r2, r3 = swapBits(r2, r3, 8, m1)
+	r4, r5 = swapBits(r4, r5, 8, m1)
+	r6, r7 = swapBits(r6, r7, 8, m1)
+	r0, r2 = swapBits(r0, r2, 16, m2)
+	r1, r3 = swapBits(r1, r3, 16, m2)
+	r4, r6 = swapBits(r4, r6, 16, m2)
+	r5, r7 = swapBits(r5, r7, 16, m2)
+	r0, r4 = swapBits(r0, r4, 32, m4)
+	r1, r5 = swapBits(r1, r5, 32, m4)
+	r2, r6 = swapBits(r2, r6, 32, m4)
+	r3, r7 = swapBits(r3, r7, 32, m4)
 	return r0, r1, r2, r3, r4, r5, r6, r7
 }
 

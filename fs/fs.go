@@ -1,9 +1,9 @@
-// Package fusefs serves a laid-out container (tree.Tree) through FUSE:
+// Package fs serves a laid-out container (tree.Tree) through FUSE:
 // read-only directories and files with exact sizes, reads at any offset,
 // zero-copy reads of raw regions, the kernel page cache kept across opens,
 // and files that are a whole source file read by the kernel itself (FUSE
 // passthrough). It knows nothing of container formats.
-package fusefs
+package fs
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/hanwen/go-fuse/v2/splice"
 
@@ -78,7 +78,7 @@ type Options struct {
 
 // node is shared by directories and files.
 type node struct {
-	fs.Inode
+	gofs.Inode
 	tn   *tree.Node
 	opts *Options
 	pt   *passthrough
@@ -119,23 +119,23 @@ const (
 )
 
 var (
-	_ fs.NodeLookuper  = (*dirNode)(nil)
-	_ fs.NodeReaddirer = (*dirNode)(nil)
-	_ fs.NodeGetattrer = (*dirNode)(nil)
-	_ fs.NodeGetattrer = (*fileNode)(nil)
-	_ fs.NodeOpener    = (*fileNode)(nil)
-	_ fs.NodeReader    = (*fileNode)(nil)
+	_ gofs.NodeLookuper  = (*dirNode)(nil)
+	_ gofs.NodeReaddirer = (*dirNode)(nil)
+	_ gofs.NodeGetattrer = (*dirNode)(nil)
+	_ gofs.NodeGetattrer = (*fileNode)(nil)
+	_ gofs.NodeOpener    = (*fileNode)(nil)
+	_ gofs.NodeReader    = (*fileNode)(nil)
 
-	_ fs.NodeStatfser      = (*node)(nil)
-	_ fs.NodeGetxattrer    = (*node)(nil)
-	_ fs.NodeListxattrer   = (*node)(nil)
-	_ fs.NodeSetxattrer    = (*node)(nil)
-	_ fs.NodeRemovexattrer = (*node)(nil)
+	_ gofs.NodeStatfser      = (*node)(nil)
+	_ gofs.NodeGetxattrer    = (*node)(nil)
+	_ gofs.NodeListxattrer   = (*node)(nil)
+	_ gofs.NodeSetxattrer    = (*node)(nil)
+	_ gofs.NodeRemovexattrer = (*node)(nil)
 )
 
 // NewRoot returns the root directory of t, to pass to go-fuse's Mount.
 // Its files are never passed through (Options.Passthrough needs Mount).
-func NewRoot(t *tree.Tree, opts Options) fs.InodeEmbedder {
+func NewRoot(t *tree.Tree, opts Options) gofs.InodeEmbedder {
 	opts.Passthrough = false
 	return newRoot(t, opts)
 }
@@ -160,7 +160,7 @@ func (d *dirNode) sourceChanged(err error) {
 
 // dropCachedPages asks the kernel to forget the cached pages of every file
 // under n that it knows of.
-func dropCachedPages(n *fs.Inode) {
+func dropCachedPages(n *gofs.Inode) {
 	for _, child := range n.Children() {
 		if child.IsDir() {
 			dropCachedPages(child)
@@ -269,12 +269,12 @@ func (n *node) fillFile(a *fuse.Attr, where func() string) syscall.Errno {
 	return 0
 }
 
-func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (d *dirNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	d.fill(&out.Attr)
 	return 0
 }
 
-func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	child := d.tn.Child(name)
 	if child == nil {
 		return nil, syscall.ENOENT
@@ -282,16 +282,16 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if child.IsDir() {
 		cd := &dirNode{node{tn: child, opts: d.opts, pt: d.pt}}
 		cd.fill(&out.Attr)
-		return d.NewInode(ctx, cd, fs.StableAttr{Mode: fuse.S_IFDIR, Ino: child.ID}), 0
+		return d.NewInode(ctx, cd, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: child.ID}), 0
 	}
 	cf := &fileNode{node: node{tn: child, opts: d.opts, pt: d.pt}}
 	if errno := cf.fillFile(&out.Attr, func() string { return d.Path(nil) + "/" + name }); errno != 0 {
 		return nil, errno
 	}
-	return d.NewInode(ctx, cf, fs.StableAttr{Mode: fuse.S_IFREG, Ino: child.ID}), 0
+	return d.NewInode(ctx, cf, gofs.StableAttr{Mode: fuse.S_IFREG, Ino: child.ID}), 0
 }
 
-func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+func (d *dirNode) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	children := d.tn.Children()
 	entries := make([]fuse.DirEntry, 0, len(children)+2)
 	// "." and "..", which ls -a and readdir(3) callers expect first: the
@@ -310,14 +310,14 @@ func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		}
 		entries = append(entries, fuse.DirEntry{Name: c.Name, Mode: mode, Ino: c.ID})
 	}
-	return fs.NewListDirStream(entries), 0
+	return gofs.NewListDirStream(entries), 0
 }
 
-func (f *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (f *fileNode) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	return f.fillFile(&out.Attr, func() string { return f.Path(nil) })
 }
 
-func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (f *fileNode) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
 		return nil, 0, syscall.EROFS
 	}
@@ -369,7 +369,7 @@ func spliceFitsPipe(off, n, maxPipe int64) bool {
 	return touched+1 <= slots
 }
 
-func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	f.opts.busy.Add(1)
 	defer f.opts.busy.Add(-1)
 	if f.opts.onRead != nil {

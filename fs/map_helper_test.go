@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 
 // interopDir holds a zTensor v2 writer and checker written independently of
 // ztfs's reader (testdata/ztensor/v2_interop/README.md).
-var interopDir = filepath.Join("..", "..", "testdata", "ztensor", "v2_interop")
+var interopDir = filepath.Join("..", "testdata", "ztensor", "v2_interop")
 
 // interopCase is one mountable file gen.py writes, as check.py --list and
 // expected.json describe it.

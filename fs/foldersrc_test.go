@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"encoding/json"
@@ -45,7 +45,7 @@ func TestFolderFileChanges(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "model")
-			runOutput(t, python, "../../testdata/folders/make_checkpoint.py", dir, "--shard-size", "60000")
+			runOutput(t, python, "../testdata/folders/make_checkpoint.py", dir, "--shard-size", "60000")
 			m := mount(t, dir, session.Options{})
 			files := []string{tc.file}
 			if tc.file == shard {

@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"io"
@@ -30,7 +30,7 @@ import (
 // splice128k/cold is a mount with the kernel's default read-ahead, whose
 // 128 KiB requests are spliced. Run with
 //
-//	go test ./internal/fusefs/ -run '^$' -bench WholeFile -benchtime 5x
+//	go test ./fs/ -run '^$' -bench WholeFile -benchtime 5x
 func BenchmarkWholeFile(b *testing.B) {
 	mib := int64(512)
 	if s := os.Getenv("ZTFS_BENCH_WHOLE_MIB"); s != "" {

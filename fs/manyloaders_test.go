@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"context"
@@ -76,7 +76,7 @@ func TestManyLoaders(t *testing.T) {
 		total = d
 	}
 	model := filepath.Join(t.TempDir(), "model")
-	runOutput(t, python, "../../testdata/folders/make_checkpoint.py", model, "--scale", "8", "--layers", "12", "--shard-size", "16777216")
+	runOutput(t, python, "../testdata/folders/make_checkpoint.py", model, "--scale", "8", "--layers", "12", "--shard-size", "16777216")
 	zstdFile := filepath.Join(t.TempDir(), "model.zt")
 	convertSeekable(t, model, zstdFile)
 
@@ -114,7 +114,7 @@ func hammerMount(t *testing.T, python, src string, duration time.Duration) {
 			// hung: it is killed and fails the test.
 			ctx, cancel := context.WithTimeout(context.Background(), duration+time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, python, "../../scripts/loaders.py", "hammer", m.dir,
+			cmd := exec.CommandContext(ctx, python, "../scripts/loaders.py", "hammer", m.dir,
 				fmt.Sprintf("%.3f", duration.Seconds()), expected)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr

@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
@@ -87,14 +87,14 @@ func Mount(mountpoint string, t *tree.Tree, opts Options, mo MountOptions) (*fus
 		mountOpts.DisabledCapabilities = fuse.CAP_PASSTHROUGH
 	}
 	root := newRoot(t, opts)
-	server, err := fs.Mount(mountpoint, root, &fs.Options{
+	server, err := gofs.Mount(mountpoint, root, &gofs.Options{
 		MountOptions: mountOpts,
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		UID:          opts.UID,
 		GID:          opts.GID,
 		// The tree numbers its root 1, as FUSE does.
-		RootStableAttr: &fs.StableAttr{Ino: t.Root.ID},
+		RootStableAttr: &gofs.StableAttr{Ino: t.Root.ID},
 	})
 	if err != nil {
 		return nil, err

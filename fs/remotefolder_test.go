@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"crypto/tls"
@@ -25,7 +25,7 @@ func TestRemoteFolderMount(t *testing.T) {
 	python := testenv.PythonWith(t, "numpy")
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "model")
-	runOutput(t, python, "../../testdata/folders/make_checkpoint.py", dir, "--shard-size", "60000")
+	runOutput(t, python, "../testdata/folders/make_checkpoint.py", dir, "--shard-size", "60000")
 	index := "model.safetensors.index.json"
 
 	t.Run("s3", func(t *testing.T) {

@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ func TestReadAhead(t *testing.T) {
 		{0, "128"}, // the kernel's own default
 	} {
 		t.Run(fmt.Sprint(tc.readAhead), func(t *testing.T) {
-			s, err := session.Open("../../testdata/ztensor/v1_1/valid/all_dtypes.zt", session.Options{CacheSize: 1 << 20})
+			s, err := session.Open("../testdata/ztensor/v1_1/valid/all_dtypes.zt", session.Options{CacheSize: 1 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ztfs/ztfs/internal/pipeline"
@@ -19,7 +19,7 @@ import (
 // descriptor the server registered with the kernel, has the kernel serve
 // reads, splices and memory maps of the file from the backing file itself;
 // the server sees no read. go-fuse registers the descriptor a file handle
-// gives (fs.FilePassthroughFder) at the first open of an inode and
+// gives (gofs.FilePassthroughFder) at the first open of an inode and
 // unregisters it at the last release; when the kernel refuses, it stops
 // trying for the whole mount and serves the open as any other, silently.
 // So a mount tries each source file once itself (decide), before any file
@@ -54,13 +54,13 @@ func newPassthrough(asked bool) *passthrough {
 // only logs, once, that passthrough was refused.
 type passthroughFile struct{ fd int }
 
-var _ fs.FilePassthroughFder = (*passthroughFile)(nil)
+var _ gofs.FilePassthroughFder = (*passthroughFile)(nil)
 
 func (f *passthroughFile) PassthroughFd() (int, bool) { return f.fd, true }
 
 // handle returns the handle for an open of a file of reader r: a
 // passthroughFile when the mount passes r's file through, else nil.
-func (pt *passthrough) handle(ctx context.Context, r pipeline.Reader) (fs.FileHandle, syscall.Errno) {
+func (pt *passthrough) handle(ctx context.Context, r pipeline.Reader) (gofs.FileHandle, syscall.Errno) {
 	if !pt.asked {
 		return nil, 0
 	}

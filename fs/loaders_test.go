@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"encoding/json"
@@ -41,9 +41,9 @@ func TestParallelLoaders(t *testing.T) {
 	if testing.Short() {
 		scale, layers = "4", "8"
 	}
-	runOutput(t, python, "../../testdata/folders/make_checkpoint.py", model, "--scale", scale, "--layers", layers, "--shard-size", "33554432")
+	runOutput(t, python, "../testdata/folders/make_checkpoint.py", model, "--scale", scale, "--layers", layers, "--shard-size", "33554432")
 	var want map[string]map[string]any
-	if err := json.Unmarshal(runOutput(t, python, "../../scripts/loaders.py", "reference", model), &want); err != nil {
+	if err := json.Unmarshal(runOutput(t, python, "../scripts/loaders.py", "reference", model), &want); err != nil {
 		t.Fatal(err)
 	}
 	zstdFile := filepath.Join(t.TempDir(), "model.zt")
@@ -54,7 +54,7 @@ func TestParallelLoaders(t *testing.T) {
 			// A mount per pass: the page cache of one would serve the next.
 			m := mount(t, src, session.Options{CacheSize: 64 << 20})
 			var got loaderResult
-			out := runOutput(t, python, "../../scripts/loaders.py", mode, m.dir, "8")
+			out := runOutput(t, python, "../scripts/loaders.py", mode, m.dir, "8")
 			if err := json.Unmarshal(out, &got); err != nil {
 				t.Fatalf("%s %s: %v in %s", filepath.Base(src), mode, err, out)
 			}

@@ -1,4 +1,4 @@
-package fusefs
+package fs
 
 import (
 	"os/exec"
@@ -68,7 +68,7 @@ func TestViewKeepsSparseValueTypes(t *testing.T) {
 			if err != nil || strings.TrimSpace(string(out)) != dtype {
 				t.Fatalf("numpy: %v\n%s", err, out)
 			}
-			if out, err := exec.Command(py, "../../testdata/folders/check_view.py", mnt, "--computed").CombinedOutput(); err != nil {
+			if out, err := exec.Command(py, "../testdata/folders/check_view.py", mnt, "--computed").CombinedOutput(); err != nil {
 				t.Fatalf("check_view.py: %v\n%s", err, out)
 			}
 		})
