@@ -1,0 +1,200 @@
+package csi
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ztfs/ztfs/internal/source"
+)
+
+// node is the Node service: publish and unpublish, no staging.
+type node struct {
+	csi.UnimplementedNodeServer
+	p *Plugin
+}
+
+func (n node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: n.p.cfg.NodeID}, nil
+}
+
+// NodeGetCapabilities lists none: no staging, no statistics, no
+// expansion; a mount's files belong to no pod's group (they are readable
+// by every user).
+func (node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{}, nil
+}
+
+// NodePublishVolume mounts the volume's source read-only at the target,
+// served by a process of its own. The same volume published at the same
+// target again is OK, and serves it anew if its server has died; another
+// volume on a target that holds one is AlreadyExists.
+func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is missing")
+	}
+	if !filepath.IsAbs(target) {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	attrs := req.GetVolumeContext()
+	vol, err := ParseVolume(attrs, n.p.cfg.LocalRoots)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	secret, err := ParseSecrets(req.GetSecrets())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	target = resolveTarget(target)
+	unlock, err := n.p.locks.lock(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	rec := &record{VolumeID: id, Target: target, Source: vol.Name(), Digest: Digest(id, attrs),
+		LogFile: n.p.records.logFile(target), Since: time.Now().UTC()}
+	st, err := inspectTarget(target)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: reading the mount table: %v", target, err)
+	}
+	old, err := n.p.records.load(target)
+	if err != nil {
+		n.p.cfg.Logf("%v", err)
+	}
+	if st.mounted {
+		switch {
+		case old == nil:
+			return nil, status.Errorf(codes.AlreadyExists, "%s: already a mount point (%s) that this plugin did not publish", target, st.fsType)
+		case old.VolumeID != id:
+			return nil, status.Errorf(codes.AlreadyExists, "%s: volume %s is published there", target, old.VolumeID)
+		case old.Digest != rec.Digest:
+			return nil, status.Errorf(codes.AlreadyExists, "%s: volume %s is published there with other attributes", target, id)
+		case !st.dead:
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+		// The same volume, whose server is gone: kubelet publishes
+		// again (requiresRepublish), and it is served anew.
+		n.p.cfg.Logf("%s: the server of volume %s has exited; serving it again", target, id)
+		if err := syscall.Unmount(target, syscall.MNT_DETACH); err != nil {
+			return nil, status.Errorf(codes.Internal, "%s: removing the mount of the server that exited: %v", target, err)
+		}
+	}
+	if !vol.Remote() {
+		real, err := LocalPath(vol.Source, n.p.cfg.LocalRoots)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil, status.Errorf(codes.NotFound, "volume attribute %q: %s: no such file or folder on the node", attrSource, vol.Source)
+		case err != nil:
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		vol.Source = real
+	}
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: %v", target, err)
+	}
+	// Recorded before the server starts: a plugin killed meanwhile finds
+	// the mount its server makes.
+	if err := n.p.records.save(rec); err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: recording the volume: %v", target, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(rec.LogFile), 0o700); err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: %v", target, err)
+	}
+	pid, err := n.p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: target, Secrets: secret, LogFile: rec.LogFile})
+	if err != nil {
+		// A server killed halfway may have left its mount.
+		if st, _ := inspectTarget(target); st.mounted {
+			syscall.Unmount(target, syscall.MNT_DETACH)
+		}
+		n.p.records.remove(target)
+		os.Remove(target)
+		code := codes.Internal
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			code = codes.DeadlineExceeded
+		}
+		return nil, status.Errorf(code, "volume %s: %v", id, err)
+	}
+	rec.PID = pid
+	if err := n.p.records.save(rec); err != nil {
+		n.p.cfg.Logf("%s: recording the server's pid: %v", target, err)
+	}
+	n.p.cfg.Logf("published volume %s (%s) at %s: server pid %d, log %s", id, vol.Name(), target, pid, rec.LogFile)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume unmounts the target, waits for its server to exit
+// and removes the target. A target that is not mounted, or does not
+// exist, is OK; a mount whose server died is removed.
+func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is missing")
+	}
+	if !filepath.IsAbs(target) {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
+	}
+	target = resolveTarget(target)
+	unlock, err := n.p.locks.lock(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := n.p.records.load(target)
+	if err != nil {
+		n.p.cfg.Logf("%v", err)
+	}
+	if rec != nil && rec.VolumeID != id {
+		return nil, status.Errorf(codes.NotFound, "%s: volume %s is published there, not %s", target, rec.VolumeID, id)
+	}
+	st, err := inspectTarget(target)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: reading the mount table: %v", target, err)
+	}
+	pid := 0
+	if rec != nil && serving(rec.PID, target) {
+		pid = rec.PID
+	}
+	if st.mounted {
+		if st.dead {
+			n.p.cfg.Logf("%s: the server of volume %s had exited; removing its mount", target, id)
+		}
+		if err := unmountTarget(target, pid, st.dead, n.p.cfg.Logf); err != nil {
+			return nil, status.Errorf(codes.Internal, "%s: unmount: %v", target, err)
+		}
+		if pid > 0 && !waitExited(pid, serverExitWait) {
+			n.p.cfg.Logf("%s: server pid %d still running %s after the unmount", target, pid, serverExitWait)
+		}
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.Internal, "%s: removing the target: %v", target, err)
+	}
+	if err := n.p.records.remove(target); err != nil {
+		n.p.cfg.Logf("%s: %v", target, err)
+	}
+	if st.mounted || rec != nil {
+		n.p.cfg.Logf("unpublished volume %s from %s", id, target)
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// Remote reports whether the volume's source is a URL rather than a path
+// on the node.
+func (v Volume) Remote() bool { return source.IsRemote(v.Source) }
