@@ -538,8 +538,62 @@ func TestCSIBadArguments(t *testing.T) {
 		t.Errorf("GetPluginInfo: %v, %v", info, err)
 	}
 	caps, err := p.identity.GetPluginCapabilities(ctx, &csipb.GetPluginCapabilitiesRequest{})
-	if err != nil || len(caps.Capabilities) != 0 {
+	if err != nil || len(caps.Capabilities) != 1 || caps.Capabilities[0].GetService().GetType() != csipb.PluginCapability_Service_CONTROLLER_SERVICE {
 		t.Errorf("GetPluginCapabilities: %v, %v", caps, err)
+	}
+	ncaps, err := p.node.NodeGetCapabilities(ctx, &csipb.NodeGetCapabilitiesRequest{})
+	if err != nil || len(ncaps.Capabilities) != 0 {
+		t.Errorf("NodeGetCapabilities: %v, %v", ncaps, err)
+	}
+}
+
+// The Controller has no capability, and answers CreateVolume, DeleteVolume
+// and ValidateVolumeCapabilities with their argument checks: a volume's id
+// is its source without credentials; a mount capability of any access
+// mode is confirmed, a block one is not; an id that names no source this
+// plugin serves is NotFound.
+func TestCSIController(t *testing.T) {
+	p := startCSI(t, nil, nil)
+	ctx := context.Background()
+	file := fixture("ztensor/v1_1/valid/zstd.zt")
+	reader := mountCap(csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)
+	block := &csipb.VolumeCapability{AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY},
+		AccessType: &csipb.VolumeCapability_Block{Block: &csipb.VolumeCapability_BlockVolume{}}}
+	caps, err := p.controller.ControllerGetCapabilities(ctx, &csipb.ControllerGetCapabilitiesRequest{})
+	if err != nil || len(caps.Capabilities) != 0 {
+		t.Errorf("ControllerGetCapabilities: %v, %v", caps, err)
+	}
+	_, err = p.controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{VolumeCapabilities: []*csipb.VolumeCapability{reader}, Parameters: map[string]string{"source": file}})
+	wantCode(t, "CreateVolume without a name", err, codes.InvalidArgument, "name")
+	_, err = p.controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", Parameters: map[string]string{"source": file}})
+	wantCode(t, "CreateVolume without capabilities", err, codes.InvalidArgument, "volume_capabilities")
+	_, err = p.controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{block}, Parameters: map[string]string{"source": file}})
+	wantCode(t, "CreateVolume of a block volume", err, codes.InvalidArgument, "block")
+	_, err = p.controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{reader}})
+	wantCode(t, "CreateVolume without a source", err, codes.InvalidArgument, `"source"`)
+	url := "https://user:pw-never-shown@example.org/m.zt"
+	vol, err := p.controller.CreateVolume(ctx, &csipb.CreateVolumeRequest{Name: "v", VolumeCapabilities: []*csipb.VolumeCapability{reader}, Parameters: map[string]string{"source": url}})
+	if err != nil || vol.Volume.VolumeId != "https://example.org/m.zt" {
+		t.Errorf("CreateVolume: %v, %v", vol, err)
+	}
+	_, err = p.controller.DeleteVolume(ctx, &csipb.DeleteVolumeRequest{})
+	wantCode(t, "DeleteVolume without an id", err, codes.InvalidArgument, "volume_id")
+	if _, err := p.controller.DeleteVolume(ctx, &csipb.DeleteVolumeRequest{VolumeId: "anything"}); err != nil {
+		t.Errorf("DeleteVolume: %v", err)
+	}
+	for _, id := range []string{file, "https://example.org/m.zt", "hf://org/model", "s3://bucket/m.zt"} {
+		r, err := p.controller.ValidateVolumeCapabilities(ctx, &csipb.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csipb.VolumeCapability{reader}})
+		if err != nil || r.Confirmed == nil {
+			t.Errorf("ValidateVolumeCapabilities(%s): %v, %v", id, r, err)
+		}
+		r, err = p.controller.ValidateVolumeCapabilities(ctx, &csipb.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csipb.VolumeCapability{block}})
+		if err != nil || r.Confirmed != nil || !strings.Contains(r.Message, "block") {
+			t.Errorf("ValidateVolumeCapabilities(%s) of a block volume: %v, %v", id, r, err)
+		}
+	}
+	for _, id := range []string{"fake-vol-id", fixture("no-such.zt"), "/etc/passwd", "ftp://host/m.zt"} {
+		_, err := p.controller.ValidateVolumeCapabilities(ctx, &csipb.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csipb.VolumeCapability{reader}})
+		wantCode(t, "ValidateVolumeCapabilities("+id+")", err, codes.NotFound, "")
 	}
 }
 
