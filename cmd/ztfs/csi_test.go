@@ -51,6 +51,12 @@ type csiPlugin struct {
 // ends.
 func startCSI(t *testing.T, env []string, roots []string, args ...string) *csiPlugin {
 	t.Helper()
+	return startCSIBinary(t, binary, env, roots, args...)
+}
+
+// startCSIBinary is startCSI with another ztfs binary.
+func startCSIBinary(t *testing.T, bin string, env []string, roots []string, args ...string) *csiPlugin {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	if os.Geteuid() != 0 {
 		testenv.Missing(t, "root (the CSI plugin mounts as root, as in its DaemonSet)")
@@ -63,7 +69,7 @@ func startCSI(t *testing.T, env []string, roots []string, args ...string) *csiPl
 	// Open to every user, as kubelet's folders are to the pods' users
 	// through their bind mounts.
 	os.Chmod(dir, 0o755)
-	p := &csiPlugin{t: t, bin: binary, dir: dir, sock: filepath.Join(dir, "csi.sock"), state: filepath.Join(dir, "state"),
+	p := &csiPlugin{t: t, bin: bin, dir: dir, sock: filepath.Join(dir, "csi.sock"), state: filepath.Join(dir, "state"),
 		log: filepath.Join(dir, "plugin.log"), env: env}
 	p.args = []string{"csi", "--endpoint", "unix://" + p.sock, "--node-id", "test-node", "--state-dir", p.state,
 		"--local-root", fixtures.Dir()}
