@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -302,7 +303,11 @@ func TestCSIPublishLocal(t *testing.T) {
 	if err := syscall.Statfs(target, &st); err != nil || st.Flags&unix.ST_RDONLY == 0 || st.Flags&unix.ST_NOSUID == 0 {
 		t.Errorf("statfs: flags %#x, %v", st.Flags, err)
 	}
-	if out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", filepath.Join(target, "manifest.json")).CombinedOutput(); err != nil {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		testenv.Missing(t, "setpriv (Debian package util-linux)")
+	}
+	if out, err := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "cat", filepath.Join(target, "manifest.json")).CombinedOutput(); err != nil {
 		t.Errorf("the user nobody cannot read the volume: %v %s", err, out)
 	}
 	pid := volumeServer(t, target)
@@ -674,39 +679,144 @@ func exited(pid int) bool {
 }
 
 // A volume whose server was killed (its mount answers ENOTCONN) is
-// served anew when kubelet publishes it again (requiresRepublish), and
-// cleaned up by unpublish, the plugin having been restarted meanwhile.
+// served anew when kubelet publishes it again (requiresRepublish): a pod
+// whose bind mount of the target receives the host's mounts
+// (mountPropagation: HostToContainer, a slave of the target's peer group,
+// made here with unshare in a mount namespace of its own under a shared
+// folder, as kubelet's is on a systemd host) reads it again without a
+// restart. Killed again, with the plugin restarted meanwhile, the volume
+// and every mount it left are cleaned up by unpublish.
 func TestCSIServerKilled(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		testenv.Missing(t, "unshare (Debian package util-linux)")
+	}
 	p := startCSI(t, nil, nil)
+	// kubelet's folder is shared on a systemd host, and the plugin's
+	// container mounts it with Bidirectional propagation.
+	pods := filepath.Join(p.dir, "pods")
+	if err := os.MkdirAll(pods, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(pods, pods, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("", pods, "", syscall.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
 	file := fixture("ztensor/v1_1/valid/zstd.zt")
 	target := p.target("killed")
 	attrs := map[string]string{"source": file}
 	p.mustPublish("vol-killed", target, attrs, nil)
+	want := mustRead(t, filepath.Join(target, "manifest.json"))
+
+	// The pod: a bind of the target at its own path, in a mount namespace
+	// whose mounts are slaves of the host's.
+	podPath := filepath.Join(p.dir, "pod-model")
+	if err := os.Mkdir(podPath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pod := exec.Command(unshare, "--mount", "--propagation", "slave", "sh", "-c", `mount --bind "$0" "$1" && echo ready && exec sleep 600`, target, podPath)
+	out, err := pod.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		pod.Process.Kill()
+		pod.Wait()
+	}()
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("the pod's namespace: %q, %v", line, err)
+	}
+	inPod := filepath.Join("/proc", strconv.Itoa(pod.Process.Pid), "root", podPath, "manifest.json")
+	if got := mustRead(t, inPod); got != want {
+		t.Fatal("the pod does not see the volume")
+	}
+
 	kill := func() {
 		t.Helper()
 		pid := volumeServer(t, target)
+		if !strings.Contains(mustRead(t, filepath.Join("/proc", strconv.Itoa(pid), "cmdline")), "mount") {
+			t.Fatalf("pid %d is not a server", pid)
+		}
 		syscall.Kill(pid, syscall.SIGKILL)
 		if !processGone(pid) {
 			t.Fatalf("server %d survived SIGKILL", pid)
 		}
 		var st syscall.Statfs_t
-		if err := syscall.Statfs(target, &st); !errors.Is(err, syscall.ENOTCONN) {
+		if err := syscall.Statfs(target, &st); !deadMount(err) {
 			t.Fatalf("statfs of a volume whose server was killed: %v, want ENOTCONN", err)
 		}
 	}
 	kill()
+	if _, err := os.ReadFile(inPod); !deadMount(err) {
+		t.Errorf("the pod reads a volume whose server was killed: %v", err)
+	}
 	p.mustPublish("vol-killed", target, attrs, nil)
-	if _, err := os.ReadFile(filepath.Join(target, "manifest.json")); err != nil {
+	if got, err := os.ReadFile(filepath.Join(target, "manifest.json")); err != nil || string(got) != want {
 		t.Errorf("the volume served anew: %v", err)
+	}
+	if got, err := os.ReadFile(inPod); err != nil || string(got) != want {
+		t.Errorf("the pod does not read the volume served anew: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "x"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("a write to the volume served anew: %v, want EROFS", err)
 	}
 	if log := mustRead(t, p.log); !strings.Contains(log, "has exited; serving it again") {
 		t.Errorf("the plugin's log does not say it served the volume again:\n%s", log)
 	}
-	kill()
+	// Publishing it again is OK, with the same server.
+	pid := volumeServerAt(t, filepath.Join(p.state, "mnt"))
+	p.mustPublish("vol-killed", target, attrs, nil)
+	if again := volumeServerAt(t, filepath.Join(p.state, "mnt")); again != pid {
+		t.Errorf("publishing a volume served anew started another server")
+	}
+
+	// Killed again; the pod is gone and the plugin restarted before
+	// kubelet unpublishes the volume.
+	syscall.Kill(pid, syscall.SIGKILL)
+	if !processGone(pid) {
+		t.Fatalf("server %d survived SIGKILL", pid)
+	}
+	pod.Process.Kill()
+	pod.Wait()
 	p.kill()
 	p.start()
 	p.mustUnpublish("vol-killed", target, 0)
 	if log := mustRead(t, p.log); !strings.Contains(log, "had exited; removing its mount") {
 		t.Errorf("the plugin's log does not report the dead mount:\n%s", log)
 	}
+	if b := mustRead(t, "/proc/self/mountinfo"); strings.Contains(b, filepath.Join(p.state, "mnt")) || strings.Contains(b, target) {
+		t.Errorf("mounts are left:\n%s", b)
+	}
+}
+
+// deadMount reports whether err is what a FUSE mount whose server died
+// answers: ENOTCONN, or ECONNABORTED for a request the kernel had queued.
+func deadMount(err error) bool {
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// volumeServerAt returns the pid of the ztfs mount process whose
+// mountpoint is under dir.
+func volumeServerAt(t *testing.T, dir string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range procs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 2 && args[1] == "mount" && strings.HasPrefix(args[len(args)-1], dir+"/") {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			return pid
+		}
+	}
+	t.Fatalf("no server process under %s", dir)
+	return 0
 }

@@ -17,7 +17,7 @@ import (
 type targetState struct {
 	mounted bool
 	fsType  string
-	// dead: a FUSE mount whose server is gone (ENOTCONN).
+	// dead: a FUSE mount whose server is gone (ENOTCONN, ECONNABORTED).
 	dead bool
 }
 
@@ -37,7 +37,10 @@ func inspectTarget(target string) (targetState, error) {
 	}
 	if st.mounted {
 		var fs syscall.Statfs_t
-		st.dead = mount.IsCorruptedMnt(syscall.Statfs(target, &fs))
+		err := syscall.Statfs(target, &fs)
+		// A request the kernel had queued when the server went away
+		// fails with ECONNABORTED, later ones with ENOTCONN.
+		st.dead = mount.IsCorruptedMnt(err) || errors.Is(err, syscall.ECONNABORTED)
 	}
 	return st, nil
 }
@@ -93,10 +96,60 @@ func unmountTarget(target string, pid int, dead bool, logf func(string, ...any))
 	return err
 }
 
+// maxLayers bounds the mounts unmountAll removes from one path: the
+// volume's, and one bind for each time it was served anew.
+const maxLayers = 64
+
+// unmountAll removes every mount at path, the last first, and reports
+// whether there was one. A dead one (its server gone) is detached; pid is
+// the server of the live mount at path, if known (unmountTarget).
+func unmountAll(path string, pid int, logf func(string, ...any)) (bool, error) {
+	for i := 0; i < maxLayers; i++ {
+		st, err := inspectTarget(path)
+		if err != nil {
+			return i > 0, err
+		}
+		if !st.mounted {
+			return i > 0, nil
+		}
+		if st.dead {
+			logf("%s: its server had exited; removing its mount", path)
+		}
+		if err := unmountTarget(path, pid, st.dead, logf); err != nil {
+			return true, err
+		}
+	}
+	return true, fmt.Errorf("%s: still mounted after %d unmounts", path, maxLayers)
+}
+
+// pidAt is the server whose mount is the one at target: pid when the
+// server mounted there itself, else none (the target holds a bind of the
+// server's mount, which does not keep it busy).
+func pidAt(target, mountpoint string, pid int) int {
+	if mountpoint == target {
+		return pid
+	}
+	return 0
+}
+
+// bindReadOnly binds the mount at from over to, read-only, nosuid and
+// nodev as the volume's own mount is.
+func bindReadOnly(from, to string) error {
+	if err := syscall.Mount(from, to, "", syscall.MS_BIND, ""); err != nil {
+		return err
+	}
+	flags := uintptr(syscall.MS_REMOUNT | syscall.MS_BIND | syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV)
+	if err := syscall.Mount("", to, "", flags, ""); err != nil {
+		syscall.Unmount(to, syscall.MNT_DETACH)
+		return err
+	}
+	return nil
+}
+
 // serving reports whether process pid is a ztfs mount server of target:
 // a live process whose command line is a mount ending in target.
 func serving(pid int, target string) bool {
-	if pid <= 0 {
+	if pid <= 0 || target == "" {
 		return false
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))

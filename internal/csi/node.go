@@ -3,6 +3,7 @@ package csi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -66,7 +67,7 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 	}
 	defer unlock()
 
-	rec := &record{VolumeID: id, Target: target, Source: vol.Name(), Digest: Digest(id, attrs),
+	rec := &record{VolumeID: id, Target: target, Mountpoint: target, Source: vol.Name(), Digest: Digest(id, attrs),
 		LogFile: n.p.records.logFile(target), Since: time.Now().UTC()}
 	st, err := inspectTarget(target)
 	if err != nil {
@@ -87,11 +88,17 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 		case !st.dead:
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
-		// The same volume, whose server is gone: kubelet publishes
-		// again (requiresRepublish), and it is served anew.
+		// The same volume, whose server is gone: kubelet publishes it
+		// again (requiresRepublish), and it is served anew. The new
+		// server mounts in a folder of the plugin's, bound over the dead
+		// mount rather than in its place: the bind propagates to the
+		// pods' bind mounts of the target that receive the host's mounts
+		// (mountPropagation: HostToContainer), which a new mount in the
+		// dead one's place would not reach.
 		n.p.cfg.Logf("%s: the server of volume %s has exited; serving it again", target, id)
-		if err := syscall.Unmount(target, syscall.MNT_DETACH); err != nil {
-			return nil, status.Errorf(codes.Internal, "%s: removing the mount of the server that exited: %v", target, err)
+		rec.Mountpoint = n.p.records.private(target)
+		if st, err := inspectTarget(rec.Mountpoint); err == nil && st.mounted {
+			syscall.Unmount(rec.Mountpoint, syscall.MNT_DETACH)
 		}
 	}
 	if !vol.Remote() {
@@ -104,32 +111,45 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 		}
 		vol.Source = real
 	}
-	if err := os.MkdirAll(target, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: %v", target, err)
+	for _, dir := range []string{rec.Mountpoint, filepath.Dir(rec.LogFile)} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, status.Errorf(codes.Internal, "%s: %v", target, err)
+		}
 	}
 	// Recorded before the server starts: a plugin killed meanwhile finds
 	// the mount its server makes.
 	if err := n.p.records.save(rec); err != nil {
 		return nil, status.Errorf(codes.Internal, "%s: recording the volume: %v", target, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(rec.LogFile), 0o700); err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: %v", target, err)
-	}
-	pid, err := n.p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: target, Secrets: secret, LogFile: rec.LogFile})
-	if err != nil {
+	fail := func(err error) (*csi.NodePublishVolumeResponse, error) {
 		// A server killed halfway may have left its mount.
-		if st, _ := inspectTarget(target); st.mounted {
-			syscall.Unmount(target, syscall.MNT_DETACH)
+		if st, _ := inspectTarget(rec.Mountpoint); st.mounted {
+			syscall.Unmount(rec.Mountpoint, syscall.MNT_DETACH)
 		}
-		n.p.records.remove(target)
-		os.Remove(target)
+		os.Remove(rec.Mountpoint)
+		if old != nil {
+			// The dead mount stays: unpublish removes it.
+			n.p.records.save(old)
+		} else {
+			n.p.records.remove(target)
+		}
 		code := codes.Internal
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			code = codes.DeadlineExceeded
 		}
 		return nil, status.Errorf(code, "volume %s: %v", id, err)
 	}
+	pid, err := n.p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: rec.Mountpoint, Secrets: secret, LogFile: rec.LogFile})
+	if err != nil {
+		return fail(err)
+	}
 	rec.PID = pid
+	if rec.Mountpoint != target {
+		if err := bindReadOnly(rec.Mountpoint, target); err != nil {
+			unmountTarget(rec.Mountpoint, pid, false, n.p.cfg.Logf)
+			return fail(fmt.Errorf("binding %s over %s: %w", rec.Mountpoint, target, err))
+		}
+	}
 	if err := n.p.records.save(rec); err != nil {
 		n.p.cfg.Logf("%s: recording the server's pid: %v", target, err)
 	}
@@ -164,24 +184,27 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 	if rec != nil && rec.VolumeID != id {
 		return nil, status.Errorf(codes.NotFound, "%s: volume %s is published there, not %s", target, rec.VolumeID, id)
 	}
-	st, err := inspectTarget(target)
+	pid, mountpoint := 0, ""
+	if rec != nil {
+		mountpoint = rec.Mountpoint
+		if serving(rec.PID, mountpoint) {
+			pid = rec.PID
+		}
+	}
+	// The target holds the volume's mount, or, once it was served anew,
+	// the dead mount and the binds of the servers that came after it.
+	mounted, err := unmountAll(target, pidAt(target, mountpoint, pid), n.p.cfg.Logf)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: reading the mount table: %v", target, err)
+		return nil, status.Errorf(codes.Internal, "%s: unmount: %v", target, err)
 	}
-	pid := 0
-	if rec != nil && serving(rec.PID, target) {
-		pid = rec.PID
+	if mountpoint != "" && mountpoint != target {
+		if _, err := unmountAll(mountpoint, pid, n.p.cfg.Logf); err != nil {
+			return nil, status.Errorf(codes.Internal, "%s: unmount: %v", mountpoint, err)
+		}
+		os.Remove(mountpoint)
 	}
-	if st.mounted {
-		if st.dead {
-			n.p.cfg.Logf("%s: the server of volume %s had exited; removing its mount", target, id)
-		}
-		if err := unmountTarget(target, pid, st.dead, n.p.cfg.Logf); err != nil {
-			return nil, status.Errorf(codes.Internal, "%s: unmount: %v", target, err)
-		}
-		if pid > 0 && !waitExited(pid, serverExitWait) {
-			n.p.cfg.Logf("%s: server pid %d still running %s after the unmount", target, pid, serverExitWait)
-		}
+	if pid > 0 && !waitExited(pid, serverExitWait) {
+		n.p.cfg.Logf("%s: server pid %d still running %s after the unmount", target, pid, serverExitWait)
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "%s: removing the target: %v", target, err)
@@ -189,7 +212,7 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 	if err := n.p.records.remove(target); err != nil {
 		n.p.cfg.Logf("%s: %v", target, err)
 	}
-	if st.mounted || rec != nil {
+	if mounted || rec != nil {
 		n.p.cfg.Logf("unpublished volume %s from %s", id, target)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil

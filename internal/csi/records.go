@@ -16,13 +16,17 @@ import (
 // at a target and which process serves it. It holds no secret: the source
 // is named without its credentials.
 type record struct {
-	VolumeID string    `json:"volume_id"`
-	Target   string    `json:"target"`
-	Source   string    `json:"source"`
-	Digest   string    `json:"digest"`
-	PID      int       `json:"pid,omitempty"`
-	LogFile  string    `json:"log_file,omitempty"`
-	Since    time.Time `json:"published"`
+	VolumeID string `json:"volume_id"`
+	Target   string `json:"target"`
+	// Mountpoint is where the server mounted: the target, or a folder
+	// of the plugin's bound over the target when the volume was served
+	// anew (its first server having died).
+	Mountpoint string    `json:"mountpoint"`
+	Source     string    `json:"source"`
+	Digest     string    `json:"digest"`
+	PID        int       `json:"pid,omitempty"`
+	LogFile    string    `json:"log_file,omitempty"`
+	Since      time.Time `json:"published"`
 }
 
 // records is the folder of records, one file per target.
@@ -42,6 +46,11 @@ func (r records) path(target string) string {
 // logFile is where the server of the volume at target logs.
 func (r records) logFile(target string) string {
 	return filepath.Join(r.dir, "log", key(target)+".log")
+}
+
+// private is the folder where the server of a volume served anew mounts.
+func (r records) private(target string) string {
+	return filepath.Join(r.dir, "mnt", key(target))
 }
 
 // load returns the record of target, nil if there is none.
