@@ -687,52 +687,15 @@ func exited(pid int) bool {
 // restart. Killed again, with the plugin restarted meanwhile, the volume
 // and every mount it left are cleaned up by unpublish.
 func TestCSIServerKilled(t *testing.T) {
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		testenv.Missing(t, "unshare (Debian package util-linux)")
-	}
 	p := startCSI(t, nil, nil)
-	// kubelet's folder is shared on a systemd host, and the plugin's
-	// container mounts it with Bidirectional propagation.
-	pods := filepath.Join(p.dir, "pods")
-	if err := os.MkdirAll(pods, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount(pods, pods, "", syscall.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("", pods, "", syscall.MS_SHARED, ""); err != nil {
-		t.Fatal(err)
-	}
+	p.sharePods()
 	file := fixture("ztensor/v1_1/valid/zstd.zt")
 	target := p.target("killed")
 	attrs := map[string]string{"source": file}
 	p.mustPublish("vol-killed", target, attrs, nil)
 	want := mustRead(t, filepath.Join(target, "manifest.json"))
-
-	// The pod: a bind of the target at its own path, in a mount namespace
-	// whose mounts are slaves of the host's.
-	podPath := filepath.Join(p.dir, "pod-model")
-	if err := os.Mkdir(podPath, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pod := exec.Command(unshare, "--mount", "--propagation", "slave", "sh", "-c", `mount --bind "$0" "$1" && echo ready && exec sleep 600`, target, podPath)
-	out, err := pod.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pod.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		pod.Process.Kill()
-		pod.Wait()
-	}()
-	line := make([]byte, 6)
-	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
-		t.Fatalf("the pod's namespace: %q, %v", line, err)
-	}
-	inPod := filepath.Join("/proc", strconv.Itoa(pod.Process.Pid), "root", podPath, "manifest.json")
+	pod := startPod(t, p, target)
+	inPod := pod.path("manifest.json")
 	if got := mustRead(t, inPod); got != want {
 		t.Fatal("the pod does not see the volume")
 	}
@@ -782,8 +745,7 @@ func TestCSIServerKilled(t *testing.T) {
 	if !processGone(pid) {
 		t.Fatalf("server %d survived SIGKILL", pid)
 	}
-	pod.Process.Kill()
-	pod.Wait()
+	pod.stop()
 	p.kill()
 	p.start()
 	p.mustUnpublish("vol-killed", target, 0)
@@ -791,6 +753,126 @@ func TestCSIServerKilled(t *testing.T) {
 		t.Errorf("the plugin's log does not report the dead mount:\n%s", log)
 	}
 	if b := mustRead(t, "/proc/self/mountinfo"); strings.Contains(b, filepath.Join(p.state, "mnt")) || strings.Contains(b, target) {
+		t.Errorf("mounts are left:\n%s", b)
+	}
+}
+
+// sharePods makes the folder of the test's targets a shared mount, as
+// kubelet's folder is on a systemd host (and in the plugin's container,
+// with Bidirectional propagation).
+func (p *csiPlugin) sharePods() {
+	t := p.t
+	t.Helper()
+	pods := filepath.Join(p.dir, "pods")
+	if err := os.MkdirAll(pods, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(pods, pods, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("", pods, "", syscall.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testPod stands for a pod's container that mounts a volume with
+// mountPropagation: HostToContainer: a process in a mount namespace of its
+// own whose mounts are slaves of the host's, holding a bind of the target
+// at a path of its own, as the container runtime makes one.
+type testPod struct {
+	cmd  *exec.Cmd
+	mnt  string
+	done bool
+}
+
+func startPod(t *testing.T, p *csiPlugin, target string) *testPod {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		testenv.Missing(t, "unshare (Debian package util-linux)")
+	}
+	mnt, err := os.MkdirTemp(p.dir, "pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(unshare, "--mount", "--propagation", "slave", "sh", "-c", `mount --bind "$0" "$1" && echo ready && exec sleep 600`, target, mnt)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pod := &testPod{cmd: cmd, mnt: mnt}
+	t.Cleanup(pod.stop)
+	line := make([]byte, 6)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+		t.Fatalf("the pod's namespace: %q, %v", line, err)
+	}
+	return pod
+}
+
+// path is name in the pod's view of the volume.
+func (p *testPod) path(name string) string {
+	return filepath.Join("/proc", strconv.Itoa(p.cmd.Process.Pid), "root", p.mnt, name)
+}
+
+func (p *testPod) stop() {
+	if !p.done {
+		p.done = true
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	}
+}
+
+// When the plugin's container ends (a DaemonSet update, a crash, the
+// liveness probe), every process in it ends, the volumes' servers too:
+// here the plugin and every server are killed. The plugin started again
+// serves the volumes anew when kubelet publishes them again
+// (requiresRepublish), and the pods that receive the host's mounts read
+// them again.
+func TestCSIContainerRestart(t *testing.T) {
+	base, _ := testenv.StartNginx(t, fixtures.Dir(), false)
+	p := startCSI(t, nil, nil)
+	p.sharePods()
+	vols := map[string]map[string]string{
+		"vol-local": {"source": fixture("ztensor/v1_1/valid/zstd.zt")},
+		"vol-http":  {"source": base + "/ztensor/v1_1/valid/dense_f32.zt"},
+	}
+	want := map[string]string{}
+	pods := map[string]*testPod{}
+	var servers []int
+	for id, attrs := range vols {
+		target := p.target(id)
+		p.mustPublish(id, target, attrs, nil)
+		want[id] = mustRead(t, filepath.Join(target, "manifest.json"))
+		pods[id] = startPod(t, p, target)
+		servers = append(servers, volumeServer(t, target))
+	}
+	p.kill()
+	for _, pid := range servers {
+		syscall.Kill(pid, syscall.SIGKILL)
+		if !processGone(pid) {
+			t.Fatalf("server %d survived SIGKILL", pid)
+		}
+	}
+	for id, pod := range pods {
+		if _, err := os.ReadFile(pod.path("manifest.json")); !deadMount(err) {
+			t.Errorf("%s: the pod reads a volume whose server was killed: %v", id, err)
+		}
+	}
+	p.start()
+	for id, attrs := range vols {
+		p.mustPublish(id, p.target(id), attrs, nil)
+		if got, err := os.ReadFile(pods[id].path("manifest.json")); err != nil || string(got) != want[id] {
+			t.Errorf("%s: the pod does not read the volume served anew: %v", id, err)
+		}
+	}
+	for id, pod := range pods {
+		pod.stop()
+		p.mustUnpublish(id, p.target(id), 0)
+	}
+	if b := mustRead(t, "/proc/self/mountinfo"); strings.Contains(b, p.dir+"/pods/") || strings.Contains(b, p.state) {
 		t.Errorf("mounts are left:\n%s", b)
 	}
 }
