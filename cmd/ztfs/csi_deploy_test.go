@@ -88,6 +88,10 @@ type container struct {
 	Name            string   `json:"name"`
 	Image           string   `json:"image"`
 	Args            []string `json:"args"`
+	Env             []struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	} `json:"env"`
 	SecurityContext *struct {
 		Privileged *bool `json:"privileged"`
 	} `json:"securityContext"`
@@ -245,6 +249,16 @@ func TestCSIDeployManifests(t *testing.T) {
 	}
 	if arg(plugin.Args, "node-id") != "$(NODE_NAME)" {
 		t.Errorf("--node-id %q", arg(plugin.Args, "node-id"))
+	}
+	// ztfs status in the plugin's container finds the servers' state.
+	stateEnv := ""
+	for _, e := range plugin.Env {
+		if e.Name == "ZTFS_STATE_DIR" {
+			stateEnv = e.Value
+		}
+	}
+	if want := filepath.Join(arg(plugin.Args, "state-dir"), "servers"); stateEnv != want {
+		t.Errorf("the plugin's ZTFS_STATE_DIR %q, want %s", stateEnv, want)
 	}
 	for _, flag := range []string{"state-dir", "cache-dir"} {
 		if _, ok := hostPathOf(t, spec, plugin, arg(plugin.Args, flag)); !ok {

@@ -12,8 +12,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/ztfs/ztfs/internal/source"
 )
 
 // node is the Node service: publish and unpublish, no staging.
@@ -217,7 +215,3 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
-
-// Remote reports whether the volume's source is a URL rather than a path
-// on the node.
-func (v Volume) Remote() bool { return source.IsRemote(v.Source) }

@@ -37,6 +37,10 @@ type Volume struct {
 // Name is the volume's source without its credentials.
 func (v Volume) Name() string { return source.Name(v.Source) }
 
+// Remote reports whether the volume's source is a URL rather than a path
+// on the node.
+func (v Volume) Remote() bool { return source.IsRemote(v.Source) }
+
 // Attribute keys of volumeAttributes.
 const (
 	attrSource         = "source"
