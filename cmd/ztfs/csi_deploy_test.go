@@ -85,10 +85,10 @@ type csiSource struct {
 }
 
 type container struct {
-	Name            string   `json:"name"`
-	Image           string   `json:"image"`
-	Args            []string `json:"args"`
-	Env             []struct {
+	Name  string   `json:"name"`
+	Image string   `json:"image"`
+	Args  []string `json:"args"`
+	Env   []struct {
 		Name  string `json:"name"`
 		Value string `json:"value"`
 	} `json:"env"`
