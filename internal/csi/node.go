@@ -125,8 +125,9 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 			syscall.Unmount(rec.Mountpoint, syscall.MNT_DETACH)
 		}
 		os.Remove(rec.Mountpoint)
-		if old != nil {
-			// The dead mount stays: unpublish removes it.
+		if st.mounted {
+			// The dead mount stays, and its record: unpublish removes
+			// them.
 			n.p.records.save(old)
 		} else {
 			n.p.records.remove(target)
