@@ -391,20 +391,23 @@ func TestCSIPublishRemote(t *testing.T) {
 	wrong := map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": "wrong-" + s3.SecretKey}
 	wrongErr := p.publish("vol-s3", starget, attrs, wrong)
 	wantCode(t, "s3 with a wrong key", wrongErr, codes.Internal, "s3://")
+	t.Logf("without keys: %v\nwith a wrong key: %v", err, wrongErr)
 	p.mustPublish("vol-s3", starget, attrs, secret)
 	if got := mustRead(t, filepath.Join(starget, "tensors/compressed/tensor.npy")); got != want {
 		t.Errorf("s3: tensor.npy differs (%d bytes, want %d)", len(got), len(want))
 	}
 	spid := volumeServer(t, starget)
-	checkSecretNowhere(t, s3.SecretKey, spid, map[string]string{
-		"manifest.json":        mustRead(t, filepath.Join(starget, "manifest.json")),
-		"the plugin's log":     mustRead(t, p.log),
-		"the server's log":     readServerLogs(t, p),
-		"/proc/self/mountinfo": mustRead(t, "/proc/self/mountinfo"),
-		"the gRPC errors":      noKeyErr + fmt.Sprint(wrongErr),
-		"the plugin's records": readTree(t, filepath.Join(p.state, "volumes")),
-		"the servers' state":   readTree(t, filepath.Join(p.state, "servers")),
-	})
+	for _, secret := range []string{s3.SecretKey, s3.AccessKey} {
+		checkSecretNowhere(t, secret, spid, map[string]string{
+			"manifest.json":        mustRead(t, filepath.Join(starget, "manifest.json")),
+			"the plugin's log":     mustRead(t, p.log),
+			"the server's log":     readServerLogs(t, p),
+			"/proc/self/mountinfo": mustRead(t, "/proc/self/mountinfo"),
+			"the gRPC errors":      noKeyErr + fmt.Sprint(wrongErr),
+			"the plugin's records": readTree(t, filepath.Join(p.state, "volumes")),
+			"the servers' state":   readTree(t, filepath.Join(p.state, "servers")),
+		})
+	}
 	p.mustUnpublish("vol-http", htarget, hpid)
 	p.mustUnpublish("vol-s3", starget, spid)
 }
@@ -426,6 +429,7 @@ func TestCSIPublishHFToken(t *testing.T) {
 	attrs := map[string]string{"source": "hf://org/gated", "revision": "v1"}
 	noToken := p.publish("vol-hf", target, attrs, nil)
 	wantCode(t, "a gated repository without a token", noToken, codes.Internal, "HF_TOKEN")
+	t.Logf("without a token: %v", noToken)
 	p.mustPublish("vol-hf", target, attrs, map[string]string{"HF_TOKEN": hfTestToken + "\n"})
 	if got := mustRead(t, filepath.Join(target, "config.json")); got != `{"model_type": "test"}` {
 		t.Errorf("config.json: %q", got)
