@@ -85,11 +85,32 @@ func New(cfg Config) (*Plugin, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	p := &Plugin{cfg: cfg, records: records{cfg.StateDir}, locks: targetLocks{held: map[string]chan struct{}{}}}
+	p.sweep()
 	p.server = grpc.NewServer(grpc.UnaryInterceptor(p.logCall))
 	csi.RegisterIdentityServer(p.server, identity{p: p})
 	csi.RegisterControllerServer(p.server, controller{p: p})
 	csi.RegisterNodeServer(p.server, node{p: p})
 	return p, nil
+}
+
+// sweep removes the records of volumes that are neither mounted nor have
+// a target any more: kubelet removed a pod's folder without an unpublish
+// (after a node's reboot, when nothing was mounted). The others are kept
+// for kubelet's next publish or unpublish.
+func (p *Plugin) sweep() {
+	for _, rec := range p.records.all(p.cfg.Logf) {
+		if st, err := inspectTarget(rec.Target); err != nil || st.mounted {
+			continue
+		}
+		if _, err := os.Lstat(rec.Target); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := p.records.remove(rec.Target); err != nil {
+			p.cfg.Logf("%s: %v", rec.Target, err)
+			continue
+		}
+		p.cfg.Logf("removed the record of volume %s: %s is gone and was not unpublished", rec.VolumeID, rec.Target)
+	}
 }
 
 // Serve answers calls on lis until Stop.

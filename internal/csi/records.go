@@ -86,6 +86,26 @@ func (r records) save(rec *record) error {
 	return os.Rename(tmp, path)
 }
 
+// all returns every record in the folder; files that are not records are
+// reported through logf and left alone.
+func (r records) all(logf func(string, ...any)) []*record {
+	paths, _ := filepath.Glob(filepath.Join(r.dir, "volumes", "*.json"))
+	var out []*record
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		var rec record
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil || rec.Target == "" || r.path(rec.Target) != p {
+			logf("%s: not a record of a volume; left alone", p)
+			continue
+		}
+		out = append(out, &rec)
+	}
+	return out
+}
+
 // remove deletes the record of target and its server's log.
 func (r records) remove(target string) error {
 	os.Remove(r.logFile(target))

@@ -2,6 +2,7 @@ package csi
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -182,5 +183,39 @@ func TestRecords(t *testing.T) {
 	}
 	if err := r.remove(rec.Target); err != nil {
 		t.Error(err)
+	}
+}
+
+// A plugin starting removes the records of targets that are gone and not
+// mounted, and keeps the others.
+func TestSweep(t *testing.T) {
+	state := t.TempDir()
+	r := records{state}
+	kept := filepath.Join(t.TempDir(), "mount")
+	if err := os.Mkdir(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(t.TempDir(), "gone", "mount")
+	for _, target := range []string{kept, gone} {
+		if err := r.save(&record{VolumeID: "v", Target: target, Mountpoint: target}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(state, "volumes", "junk.json"), []byte("{"), 0o600)
+	var logged []string
+	if _, err := New(Config{NodeID: "n", StateDir: state, Logf: func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := r.load(kept); rec == nil {
+		t.Error("the record of a target that is there was removed")
+	}
+	if rec, _ := r.load(gone); rec != nil {
+		t.Error("the record of a target that is gone was kept")
+	}
+	if _, err := os.Stat(filepath.Join(state, "volumes", "junk.json")); err != nil {
+		t.Error("a file that is no record was removed")
+	}
+	if log := strings.Join(logged, "\n"); !strings.Contains(log, "removed the record of volume v") || !strings.Contains(log, "junk.json: not a record") {
+		t.Errorf("the log: %s", log)
 	}
 }
