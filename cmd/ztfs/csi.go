@@ -66,14 +66,17 @@ docs/kubernetes.md says how to deploy it.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.nodeID == "" {
+				return usageError(cmd, "missing --node-id NODE")
+			}
 			return withCode(exitError, runCSI(f))
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "the unix socket to serve CSI on, unix:///PATH")
-	fl.StringVar(&f.nodeID, "node-id", "", "this node's id for kubelet (the Kubernetes node name)")
-	fl.StringVar(&f.stateDir, "state-dir", defaultCSIStateDir, "folder of the records of the volumes published and of their servers' logs and state; keep it on the host so that it outlives the plugin")
-	fl.StringArrayVar(&f.localRoots, "local-root", nil, "a folder of the node whose files volumes may name as their source (repeat for several); without it only URLs are served")
+	fl.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "the unix socket to serve CSI on, unix:///`PATH`")
+	fl.StringVar(&f.nodeID, "node-id", "", "this node's id for kubelet: the Kubernetes `NODE` name (required)")
+	fl.StringVar(&f.stateDir, "state-dir", defaultCSIStateDir, "`DIR` of the records of the volumes published and of their servers' logs and state; keep it on the host so that it outlives the plugin")
+	fl.StringArrayVar(&f.localRoots, "local-root", nil, "a folder `DIR` of the node whose files volumes may name as their source (repeat for several); without it only URLs are served")
 	f.servers = pflag.NewFlagSet("servers", pflag.ContinueOnError)
 	f.source.register(f.servers)
 	fl.AddFlagSet(f.servers)
@@ -104,14 +107,15 @@ func runCSI(f csiFlags) error {
 	if err != nil {
 		return err
 	}
+	lis, err := csi.ListenEndpoint(f.endpoint)
+	if err != nil {
+		return err
+	}
 	starter := &volumeServers{exe: exe, args: serverArgs, stateDir: filepath.Join(stateDir, "servers"), logf: logger.Printf}
 	plugin, err := csi.New(csi.Config{NodeID: f.nodeID, Version: version, StateDir: stateDir, LocalRoots: roots,
 		Starter: starter, Logf: logger.Printf})
 	if err != nil {
-		return err
-	}
-	lis, err := csi.ListenEndpoint(f.endpoint)
-	if err != nil {
+		lis.Close()
 		return err
 	}
 	signals := make(chan os.Signal, 1)

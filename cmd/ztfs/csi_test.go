@@ -910,3 +910,26 @@ func volumeServerAt(t *testing.T, dir string) int {
 	t.Fatalf("no server process under %s", dir)
 	return 0
 }
+
+// ztfs csi's command line: a missing node id or an argument is a usage
+// error; an endpoint that is not a unix socket, or one another plugin
+// serves, fails before anything is written.
+func TestCSIUsage(t *testing.T) {
+	if r := run(t, "csi"); r.code != exitUsage || !strings.Contains(r.stderr, "missing --node-id NODE") {
+		t.Errorf("csi without --node-id: %+v", r)
+	}
+	if r := run(t, "csi", "--node-id", "n", "extra"); r.code != exitUsage {
+		t.Errorf("csi with an argument: %+v", r)
+	}
+	state := filepath.Join(t.TempDir(), "state")
+	if r := run(t, "csi", "--node-id", "n", "--endpoint", "tcp://127.0.0.1:1", "--state-dir", state); r.code != exitError || !strings.Contains(r.stderr, "only unix sockets") {
+		t.Errorf("csi on tcp: %+v", r)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a plugin that could not listen made its state folder: %v", err)
+	}
+	p := startCSI(t, nil, nil)
+	if r := run(t, "csi", "--node-id", "n", "--endpoint", "unix://"+p.sock, "--state-dir", state); r.code != exitError || !strings.Contains(r.stderr, "another plugin is listening") {
+		t.Errorf("a second plugin on the socket: %+v", r)
+	}
+}
