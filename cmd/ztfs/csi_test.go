@@ -235,6 +235,20 @@ func (p *csiPlugin) mustUnpublish(id, target string, pid int) {
 // volumeServer returns the pid of the ztfs mount process serving target.
 func volumeServer(t *testing.T, target string) int {
 	t.Helper()
+	return findServer(t, target, func(mnt string) bool { return mnt == target })
+}
+
+// volumeServerAt returns the pid of the ztfs mount process whose
+// mountpoint is under dir.
+func volumeServerAt(t *testing.T, dir string) int {
+	t.Helper()
+	return findServer(t, dir, func(mnt string) bool { return strings.HasPrefix(mnt, dir+"/") })
+}
+
+// findServer returns the pid of the ztfs mount process whose mountpoint
+// (its last argument) is one that match takes; what names it if none is.
+func findServer(t *testing.T, what string, match func(mountpoint string) bool) int {
+	t.Helper()
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, path := range procs {
 		b, err := os.ReadFile(path)
@@ -242,12 +256,12 @@ func volumeServer(t *testing.T, target string) int {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 2 && args[1] == "mount" && args[len(args)-1] == target {
+		if len(args) > 2 && args[1] == "mount" && match(args[len(args)-1]) {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
 			return pid
 		}
 	}
-	t.Fatalf("no server process for %s", target)
+	t.Fatalf("no server process for %s", what)
 	return 0
 }
 
@@ -889,26 +903,6 @@ func TestCSIContainerRestart(t *testing.T) {
 // answers: ENOTCONN, or ECONNABORTED for a request the kernel had queued.
 func deadMount(err error) bool {
 	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
-}
-
-// volumeServerAt returns the pid of the ztfs mount process whose
-// mountpoint is under dir.
-func volumeServerAt(t *testing.T, dir string) int {
-	t.Helper()
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, path := range procs {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) > 2 && args[1] == "mount" && strings.HasPrefix(args[len(args)-1], dir+"/") {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-			return pid
-		}
-	}
-	t.Fatalf("no server process under %s", dir)
-	return 0
 }
 
 // ztfs csi's command line: a missing node id or an argument is a usage

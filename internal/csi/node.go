@@ -37,14 +37,8 @@ func (node) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest
 // volume on a target that holds one is AlreadyExists.
 func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	if target == "" {
-		return nil, status.Error(codes.InvalidArgument, "target_path is missing")
-	}
-	if !filepath.IsAbs(target) {
-		return nil, status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
+	if err := checkIDAndTarget(id, target); err != nil {
+		return nil, err
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -161,14 +155,8 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 // exist, is OK; a mount whose server died is removed.
 func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	id, target := req.GetVolumeId(), req.GetTargetPath()
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	if target == "" {
-		return nil, status.Error(codes.InvalidArgument, "target_path is missing")
-	}
-	if !filepath.IsAbs(target) {
-		return nil, status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
+	if err := checkIDAndTarget(id, target); err != nil {
+		return nil, err
 	}
 	target = resolveTarget(target)
 	unlock, err := n.p.locks.lock(ctx, target)
@@ -215,4 +203,18 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 		n.p.cfg.Logf("unpublished volume %s from %s", id, target)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// checkIDAndTarget checks the arguments publish and unpublish share: a
+// volume id, and an absolute target path (InvalidArgument).
+func checkIDAndTarget(id, target string) error {
+	switch {
+	case id == "":
+		return status.Error(codes.InvalidArgument, "volume_id is missing")
+	case target == "":
+		return status.Error(codes.InvalidArgument, "target_path is missing")
+	case !filepath.IsAbs(target):
+		return status.Errorf(codes.InvalidArgument, "target_path %q is not absolute", target)
+	}
+	return nil
 }
