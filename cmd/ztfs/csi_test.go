@@ -384,8 +384,10 @@ func TestCSIPublishRemote(t *testing.T) {
 	rel := "ztensor/v1_1/valid/zstd.zt"
 	want := run(t, "cat", fixture(rel), "tensors/compressed/tensor.npy").stdout
 
+	// A URL's password (nginx takes any) goes with the secrets too.
+	const urlPassword = "url-pw-7c1d-never-shown"
 	htarget := p.target("http")
-	p.mustPublish("vol-http", htarget, map[string]string{"source": base + "/" + rel}, nil)
+	p.mustPublish("vol-http", htarget, map[string]string{"source": strings.Replace(base, "://", "://reader:"+urlPassword+"@", 1) + "/" + rel}, nil)
 	if got := mustRead(t, filepath.Join(htarget, "tensors/compressed/tensor.npy")); got != want {
 		t.Errorf("http: tensor.npy differs (%d bytes, want %d)", len(got), len(want))
 	}
@@ -411,9 +413,10 @@ func TestCSIPublishRemote(t *testing.T) {
 		t.Errorf("s3: tensor.npy differs (%d bytes, want %d)", len(got), len(want))
 	}
 	spid := volumeServer(t, starget)
-	for _, secret := range []string{s3.SecretKey, s3.AccessKey} {
+	for _, secret := range []string{s3.SecretKey, s3.AccessKey, urlPassword} {
 		checkSecretNowhere(t, secret, spid, map[string]string{
 			"manifest.json":        mustRead(t, filepath.Join(starget, "manifest.json")),
+			"http's manifest.json": mustRead(t, filepath.Join(htarget, "manifest.json")),
 			"the plugin's log":     mustRead(t, p.log),
 			"the server's log":     readServerLogs(t, p),
 			"/proc/self/mountinfo": mustRead(t, "/proc/self/mountinfo"),
@@ -682,6 +685,15 @@ func TestCSIPluginRestart(t *testing.T) {
 		t.Errorf("the restarted plugin started another server (%d, was %d)", again, pid)
 	}
 	wantCode(t, "another volume after the restart", p.publish("vol-other", target, attrs, nil), codes.AlreadyExists, "vol-restart")
+	// Stopped as kubelet's container runtime stops it (SIGTERM): the
+	// volume serves on.
+	p.stop()
+	before = reads.Load()
+	time.Sleep(300 * time.Millisecond)
+	if reads.Load() == before || exited(pid) {
+		t.Error("the volume stopped serving when the plugin was stopped")
+	}
+	p.start()
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	wg.Wait()
