@@ -290,10 +290,12 @@ func TestCSIPublishLocal(t *testing.T) {
 		"csi.storage.k8s.io/pod.name": "loader", "csi.storage.k8s.io/pod.namespace": "default"}
 	// An inline volume may be asked as a writer: it is read-only all the same.
 	ctx := context.Background()
+	start := time.Now()
 	if _, err := p.node.NodePublishVolume(ctx, &csipb.NodePublishVolumeRequest{VolumeId: "vol-file", TargetPath: target,
 		VolumeCapability: mountCap(csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER), VolumeContext: attrs}); err != nil {
 		t.Fatalf("NodePublishVolume: %v\n%s", err, mustRead(t, p.log))
 	}
+	t.Logf("NodePublishVolume of a local file: %v", time.Since(start).Round(time.Millisecond))
 	if typ, _ := mountType(target); typ != "fuse.ztfs" {
 		t.Fatalf("%s: mount type %q", target, typ)
 	}
