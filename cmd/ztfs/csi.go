@@ -124,9 +124,23 @@ func runCSI(f csiFlags) error {
 	served := make(chan error, 1)
 	go func() { served <- plugin.Serve(lis) }()
 	logger.Printf("ztfs %s: serving %s as node %s on %s (state in %s)", version, csi.DriverName, f.nodeID, f.endpoint, stateDir)
+	// The volumes whose servers ended with an earlier plugin's container
+	// are served anew beside the calls kubelet makes.
+	ctx, cancel := context.WithCancel(context.Background())
+	revived := make(chan struct{})
+	go func() {
+		defer close(revived)
+		plugin.Revive(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-revived
+	}()
 	select {
 	case sig := <-signals:
 		logger.Printf("%v: stopping; the volumes published stay served", sig)
+		cancel()
+		<-revived
 		plugin.Stop()
 		<-served
 		return nil

@@ -721,6 +721,7 @@ func exited(pid int) bool {
 // made here with unshare in a mount namespace of its own under a shared
 // folder, as kubelet's is on a systemd host) reads it again without a
 // restart. Killed again, with the plugin restarted meanwhile, the volume
+// (one with a secret, which the plugin does not serve anew on its own)
 // and every mount it left are cleaned up by unpublish.
 func TestCSIServerKilled(t *testing.T) {
 	p := startCSI(t, nil, nil)
@@ -728,7 +729,11 @@ func TestCSIServerKilled(t *testing.T) {
 	file := fixture("ztensor/v1_1/valid/zstd.zt")
 	target := p.target("killed")
 	attrs := map[string]string{"source": file}
-	p.mustPublish("vol-killed", target, attrs, nil)
+	// A secret (which a local file does not use) keeps the restarted
+	// plugin from serving the volume anew on its own (Revive): it stays
+	// dead until unpublished.
+	secret := map[string]string{"HF_TOKEN": "hf_unused"}
+	p.mustPublish("vol-killed", target, attrs, secret)
 	want := mustRead(t, filepath.Join(target, "manifest.json"))
 	pod := startPod(t, p, target)
 	inPod := pod.path("manifest.json")
@@ -755,7 +760,7 @@ func TestCSIServerKilled(t *testing.T) {
 	if _, err := os.ReadFile(inPod); !deadMount(err) {
 		t.Errorf("the pod reads a volume whose server was killed: %v", err)
 	}
-	p.mustPublish("vol-killed", target, attrs, nil)
+	p.mustPublish("vol-killed", target, attrs, secret)
 	if got, err := os.ReadFile(filepath.Join(target, "manifest.json")); err != nil || string(got) != want {
 		t.Errorf("the volume served anew: %v", err)
 	}
@@ -770,7 +775,7 @@ func TestCSIServerKilled(t *testing.T) {
 	}
 	// Publishing it again is OK, with the same server.
 	pid := volumeServerAt(t, filepath.Join(p.state, "mnt"))
-	p.mustPublish("vol-killed", target, attrs, nil)
+	p.mustPublish("vol-killed", target, attrs, secret)
 	if again := volumeServerAt(t, filepath.Join(p.state, "mnt")); again != pid {
 		t.Errorf("publishing a volume served anew started another server")
 	}
@@ -864,26 +869,34 @@ func (p *testPod) stop() {
 // When the plugin's container ends (a DaemonSet update, a crash, the
 // liveness probe), every process in it ends, the volumes' servers too:
 // here the plugin and every server are killed. The plugin started again
-// serves the volumes anew when kubelet publishes them again
-// (requiresRepublish), and the pods that receive the host's mounts read
-// them again.
+// serves anew at once, from its records, the volumes that need no secret
+// (a file, an http:// source); one with a secret waits for kubelet's next
+// publish (requiresRepublish), which brings it. The pods that receive the
+// host's mounts read them all again.
 func TestCSIContainerRestart(t *testing.T) {
 	base, _ := testenv.StartNginx(t, fixtures.Dir(), false)
 	p := startCSI(t, nil, nil)
 	p.sharePods()
-	vols := map[string]map[string]string{
-		"vol-local": {"source": fixture("ztensor/v1_1/valid/zstd.zt")},
-		"vol-http":  {"source": base + "/ztensor/v1_1/valid/dense_f32.zt"},
+	type volume struct {
+		attrs, secret map[string]string
+	}
+	vols := map[string]volume{
+		"vol-local":  {map[string]string{"source": fixture("ztensor/v1_1/valid/zstd.zt")}, nil},
+		"vol-http":   {map[string]string{"source": base + "/ztensor/v1_1/valid/dense_f32.zt"}, nil},
+		"vol-secret": {map[string]string{"source": base + "/ztensor/v1_1/valid/sparse.zt"}, map[string]string{"ZTFS_HTTP_AUTHORIZATION": "Bearer tok-3e9a-never-shown"}},
 	}
 	want := map[string]string{}
 	pods := map[string]*testPod{}
 	var servers []int
-	for id, attrs := range vols {
+	for id, v := range vols {
 		target := p.target(id)
-		p.mustPublish(id, target, attrs, nil)
+		p.mustPublish(id, target, v.attrs, v.secret)
 		want[id] = mustRead(t, filepath.Join(target, "manifest.json"))
 		pods[id] = startPod(t, p, target)
 		servers = append(servers, volumeServer(t, target))
+	}
+	if strings.Contains(readTree(t, filepath.Join(p.state, "volumes")), "tok-3e9a-never-shown") {
+		t.Error("a record holds the secret")
 	}
 	p.kill()
 	for _, pid := range servers {
@@ -898,11 +911,29 @@ func TestCSIContainerRestart(t *testing.T) {
 		}
 	}
 	p.start()
-	for id, attrs := range vols {
-		p.mustPublish(id, p.target(id), attrs, nil)
-		if got, err := os.ReadFile(pods[id].path("manifest.json")); err != nil || string(got) != want[id] {
-			t.Errorf("%s: the pod does not read the volume served anew: %v", id, err)
+	for _, id := range []string{"vol-local", "vol-http"} {
+		var got []byte
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if got, err = os.ReadFile(pods[id].path("manifest.json")); err == nil {
+				break
+			}
 		}
+		if err != nil || string(got) != want[id] {
+			t.Errorf("%s: the restarted plugin did not serve the volume anew: %v", id, err)
+		}
+	}
+	if _, err := os.ReadFile(pods["vol-secret"].path("manifest.json")); !deadMount(err) {
+		t.Errorf("vol-secret was served anew without its secret: %v", err)
+	}
+	for id, v := range vols {
+		p.mustPublish(id, p.target(id), v.attrs, v.secret)
+		if got, err := os.ReadFile(pods[id].path("manifest.json")); err != nil || string(got) != want[id] {
+			t.Errorf("%s: the pod does not read the volume published again: %v", id, err)
+		}
+	}
+	if log := mustRead(t, p.log); strings.Count(log, "has exited; serving it again") != 3 {
+		t.Errorf("the plugin's log does not show three volumes served anew:\n%s", log)
 	}
 	for id, pod := range pods {
 		pod.stop()

@@ -5,7 +5,9 @@
 // Each volume is served by a server process of its own, which a Starter
 // starts (cmd/ztfs: ztfs mount, its secrets on a pipe); the plugin keeps a
 // record of each target in its state folder, so that a plugin started
-// again finds the volumes it published and the processes serving them.
+// again finds the volumes it published and the processes serving them,
+// and serves anew (Revive) those whose servers ended with an earlier
+// plugin's container and that need no secret.
 package csi
 
 import (
@@ -110,6 +112,48 @@ func (p *Plugin) sweep() {
 			continue
 		}
 		p.cfg.Logf("removed the record of volume %s: %s is gone and was not unpublished", rec.VolumeID, rec.Target)
+	}
+}
+
+// reviveWait bounds the publish of one volume that Revive serves anew.
+const reviveWait = 2 * time.Minute
+
+// Revive serves anew, from their records, the volumes whose servers died
+// while no plugin ran (the end of the plugin's container ends them) and
+// that need no secret; the others wait for kubelet's next publish, which
+// brings their secrets. It runs beside Serve, each volume under its
+// target's lock, and returns when every volume was tried or ctx ends.
+func (p *Plugin) Revive(ctx context.Context) {
+	for _, rec := range p.records.all(p.cfg.Logf) {
+		if rec.Attributes == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.revive(ctx, rec)
+	}
+}
+
+// revive serves the volume of rec anew if its mount is dead.
+func (p *Plugin) revive(ctx context.Context, rec *record) {
+	ctx, cancel := context.WithTimeout(ctx, reviveWait)
+	defer cancel()
+	unlock, err := p.locks.lock(ctx, rec.Target)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if st, err := inspectTarget(rec.Target); err != nil || !st.mounted || !st.dead {
+		return
+	}
+	vol, err := ParseVolume(rec.Attributes, p.cfg.LocalRoots)
+	if err != nil {
+		p.cfg.Logf("%s: volume %s cannot be served anew: %v", rec.Target, rec.VolumeID, err)
+		return
+	}
+	if err := p.publish(ctx, rec.VolumeID, rec.Target, vol, rec.Attributes, secrets.Set{}); err != nil {
+		p.cfg.Logf("%s: serving volume %s anew: %v", rec.Target, rec.VolumeID, err)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ztfs/ztfs/internal/secrets"
 )
 
 // node is the Node service: publish and unpublish, no staging.
@@ -58,27 +60,40 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 		return nil, err
 	}
 	defer unlock()
+	if err := n.p.publish(ctx, id, target, vol, attrs, secret); err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
 
+// publish serves vol at target, the target's lock held; its error is a
+// gRPC status.
+func (p *Plugin) publish(ctx context.Context, id, target string, vol Volume, attrs map[string]string, secret secrets.Set) error {
 	rec := &record{VolumeID: id, Target: target, Mountpoint: target, Source: vol.Name(), Digest: Digest(id, attrs),
-		LogFile: n.p.records.logFile(target), Since: time.Now().UTC()}
+		LogFile: p.records.logFile(target), Since: time.Now().UTC()}
+	if secret.Empty() && vol.Name() == vol.Source {
+		// Nothing secret: a plugin started again serves the volume
+		// anew from its record if its server died.
+		rec.Attributes = attrs
+	}
 	st, err := inspectTarget(target)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: reading the mount table: %v", target, err)
+		return status.Errorf(codes.Internal, "%s: reading the mount table: %v", target, err)
 	}
-	old, err := n.p.records.load(target)
+	old, err := p.records.load(target)
 	if err != nil {
-		n.p.cfg.Logf("%v", err)
+		p.cfg.Logf("%v", err)
 	}
 	if st.mounted {
 		switch {
 		case old == nil:
-			return nil, status.Errorf(codes.AlreadyExists, "%s: already a mount point (%s) that this plugin did not publish", target, st.fsType)
+			return status.Errorf(codes.AlreadyExists, "%s: already a mount point (%s) that this plugin did not publish", target, st.fsType)
 		case old.VolumeID != id:
-			return nil, status.Errorf(codes.AlreadyExists, "%s: volume %s is published there", target, old.VolumeID)
+			return status.Errorf(codes.AlreadyExists, "%s: volume %s is published there", target, old.VolumeID)
 		case old.Digest != rec.Digest:
-			return nil, status.Errorf(codes.AlreadyExists, "%s: volume %s is published there with other attributes", target, id)
+			return status.Errorf(codes.AlreadyExists, "%s: volume %s is published there with other attributes", target, id)
 		case !st.dead:
-			return &csi.NodePublishVolumeResponse{}, nil
+			return nil
 		}
 		// The same volume, whose server is gone: kubelet publishes it
 		// again (requiresRepublish), and it is served anew. The new
@@ -87,33 +102,33 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 		// pods' bind mounts of the target that receive the host's mounts
 		// (mountPropagation: HostToContainer), which a new mount in the
 		// dead one's place would not reach.
-		n.p.cfg.Logf("%s: the server of volume %s has exited; serving it again", target, id)
-		rec.Mountpoint = n.p.records.private(target)
+		p.cfg.Logf("%s: the server of volume %s has exited; serving it again", target, id)
+		rec.Mountpoint = p.records.private(target)
 		if st, err := inspectTarget(rec.Mountpoint); err == nil && st.mounted {
 			syscall.Unmount(rec.Mountpoint, syscall.MNT_DETACH)
 		}
 	}
 	if !vol.Remote() {
-		real, err := LocalPath(vol.Source, n.p.cfg.LocalRoots)
+		real, err := LocalPath(vol.Source, p.cfg.LocalRoots)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			return nil, status.Errorf(codes.NotFound, "volume attribute %q: %s: no such file or folder on the node", attrSource, vol.Source)
+			return status.Errorf(codes.NotFound, "volume attribute %q: %s: no such file or folder on the node", attrSource, vol.Source)
 		case err != nil:
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		vol.Source = real
 	}
 	for _, dir := range []string{rec.Mountpoint, filepath.Dir(rec.LogFile)} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, status.Errorf(codes.Internal, "%s: %v", target, err)
+			return status.Errorf(codes.Internal, "%s: %v", target, err)
 		}
 	}
 	// Recorded before the server starts: a plugin killed meanwhile finds
 	// the mount its server makes.
-	if err := n.p.records.save(rec); err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: recording the volume: %v", target, err)
+	if err := p.records.save(rec); err != nil {
+		return status.Errorf(codes.Internal, "%s: recording the volume: %v", target, err)
 	}
-	fail := func(err error) (*csi.NodePublishVolumeResponse, error) {
+	fail := func(err error) error {
 		// A server killed halfway may have left its mount.
 		if st, _ := inspectTarget(rec.Mountpoint); st.mounted {
 			syscall.Unmount(rec.Mountpoint, syscall.MNT_DETACH)
@@ -122,32 +137,32 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 		if st.mounted {
 			// The dead mount stays, and its record: unpublish removes
 			// them.
-			n.p.records.save(old)
+			p.records.save(old)
 		} else {
-			n.p.records.remove(target)
+			p.records.remove(target)
 		}
 		code := codes.Internal
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			code = codes.DeadlineExceeded
 		}
-		return nil, status.Errorf(code, "volume %s: %v", id, err)
+		return status.Errorf(code, "volume %s: %v", id, err)
 	}
-	pid, err := n.p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: rec.Mountpoint, Secrets: secret, LogFile: rec.LogFile})
+	pid, err := p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: rec.Mountpoint, Secrets: secret, LogFile: rec.LogFile})
 	if err != nil {
 		return fail(err)
 	}
 	rec.PID = pid
 	if rec.Mountpoint != target {
 		if err := bindReadOnly(rec.Mountpoint, target); err != nil {
-			unmountTarget(rec.Mountpoint, pid, false, n.p.cfg.Logf)
+			unmountTarget(rec.Mountpoint, pid, false, p.cfg.Logf)
 			return fail(fmt.Errorf("binding %s over %s: %w", rec.Mountpoint, target, err))
 		}
 	}
-	if err := n.p.records.save(rec); err != nil {
-		n.p.cfg.Logf("%s: recording the server's pid: %v", target, err)
+	if err := p.records.save(rec); err != nil {
+		p.cfg.Logf("%s: recording the server's pid: %v", target, err)
 	}
-	n.p.cfg.Logf("published volume %s (%s) at %s: server pid %d, log %s", id, vol.Name(), target, pid, rec.LogFile)
-	return &csi.NodePublishVolumeResponse{}, nil
+	p.cfg.Logf("published volume %s (%s) at %s: server pid %d, log %s", id, vol.Name(), target, pid, rec.LogFile)
+	return nil
 }
 
 // NodeUnpublishVolume unmounts the target, waits for its server to exit

@@ -27,6 +27,10 @@ type record struct {
 	PID        int       `json:"pid,omitempty"`
 	LogFile    string    `json:"log_file,omitempty"`
 	Since      time.Time `json:"published"`
+	// Attributes are the volume's, kept when it has no secret (no
+	// nodePublishSecretRef, no credentials in its source), so that a
+	// plugin started again serves it anew without waiting for kubelet.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // records is the folder of records, one file per target.

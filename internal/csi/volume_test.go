@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,7 +165,7 @@ func TestListenEndpoint(t *testing.T) {
 // taken for it.
 func TestRecords(t *testing.T) {
 	r := records{t.TempDir()}
-	rec := &record{VolumeID: "v", Target: "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/m/mount", Mountpoint: "/m", Source: "hf://o/m", Digest: "d", PID: 7}
+	rec := &record{VolumeID: "v", Target: "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/m/mount", Mountpoint: "/m", Source: "hf://o/m", Digest: "d", PID: 7, Attributes: map[string]string{"source": "hf://o/m"}}
 	if got, err := r.load(rec.Target); got != nil || err != nil {
 		t.Fatalf("load of nothing: %v, %v", got, err)
 	}
@@ -172,7 +173,7 @@ func TestRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := r.load(rec.Target)
-	if err != nil || *got != *rec {
+	if err != nil || !reflect.DeepEqual(got, rec) {
 		t.Errorf("load: %+v, %v", got, err)
 	}
 	if err := os.Rename(r.path(rec.Target), r.path("/other")); err != nil {
