@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_go
 # nginx: the HTTP(S) server the remote source's tests start on 127.0.0.1;
-# util-linux: unshare, for the DNS of a test's own (testenv.WithoutDNS).
+# util-linux: unshare, for the DNS of a test's own (testenv.WithoutDNS) and the
+# pods' mount namespaces of the CSI plugin's tests; setpriv, for their reads as
+# another user.
 ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx util-linux
 # versitygw: the S3 server the s3:// source's tests start on 127.0.0.1.
 ensure_versitygw
@@ -47,7 +49,7 @@ go build -o "$report/testreport" ./scripts/testreport
 go test -count=1 -json ./... | "$report/testreport"
 
 section go test -race
-go test -count=1 -race -short ./cache ./internal/source ./internal/pipeline/... ./fs
+go test -count=1 -race -short ./cache ./internal/source ./internal/pipeline/... ./fs ./internal/csi
 
 section fuzz
 # run_fuzz runs one target and prints its whole log when it fails. A run that

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/ztfs/ztfs/internal/csi"
+	"github.com/ztfs/ztfs/internal/secrets"
+	"github.com/ztfs/ztfs/internal/session"
+)
+
+// defaultCSIStateDir is where the plugin keeps its records unless
+// --state-dir says otherwise: next to its socket in kubelet's plugins
+// folder, a host path that outlives the plugin's container.
+const defaultCSIStateDir = "/var/lib/kubelet/plugins/" + csi.DriverName + "/state"
+
+type csiFlags struct {
+	endpoint   string
+	nodeID     string
+	stateDir   string
+	localRoots []string
+	// source is what every volume's server is given: the remote
+	// sources' bounds and the node's shared --cache-dir. servers holds
+	// those flags apart, so that the ones given are passed on as they are.
+	source  sourceFlags
+	servers *pflag.FlagSet
+}
+
+func newCSICommand() *cobra.Command {
+	f := csiFlags{}
+	cmd := &cobra.Command{
+		Use:                   "csi [flags] --node-id NODE",
+		DisableFlagsInUseLine: true,
+		Short:                 "Serve as the Kubernetes CSI node plugin " + csi.DriverName,
+		Long: `Serve the Container Storage Interface (CSI) on the unix socket --endpoint,
+as the node plugin of the driver ` + csi.DriverName + `: kubelet asks it to publish a
+volume (a pod's inline volume or a PersistentVolume whose volumeAttributes
+name a source) at a target path, and it mounts the source there read-only,
+served by a ztfs mount process of its own, with the secrets of the volume's
+nodePublishSecretRef passed over a pipe. The flags of the remote sources
+(--cache-dir, --retry-for, ...) are given to every volume's server.
+
+The plugin records each volume it publishes in --state-dir: started again on
+the same socket and state, it unpublishes them as before. It stops on SIGTERM
+and leaves the volumes served. deploy/kubernetes holds the manifests;
+docs/kubernetes.md says how to deploy it.`,
+		Example: `  ztfs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME" --cache-dir /var/cache/ztfs
+  ztfs csi --node-id n1 --local-root /models   # volumes may also name files under /models`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError(c, fmt.Sprintf("unexpected argument %q", args[0]))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.nodeID == "" {
+				return usageError(cmd, "missing --node-id NODE")
+			}
+			return withCode(exitError, runCSI(f))
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.endpoint, "endpoint", "unix:///csi/csi.sock", "the unix socket to serve CSI on, unix:///`PATH`")
+	fl.StringVar(&f.nodeID, "node-id", "", "this node's id for kubelet: the Kubernetes `NODE` name (required)")
+	fl.StringVar(&f.stateDir, "state-dir", defaultCSIStateDir, "`DIR` of the records of the volumes published and of their servers' logs and state; keep it on the host so that it outlives the plugin")
+	fl.StringArrayVar(&f.localRoots, "local-root", nil, "a folder `DIR` of the node whose files volumes may name as their source (repeat for several); without it only URLs are served")
+	f.servers = pflag.NewFlagSet("servers", pflag.ContinueOnError)
+	f.source.register(f.servers)
+	fl.AddFlagSet(f.servers)
+	return cmd
+}
+
+func runCSI(f csiFlags) error {
+	logger := log.New(os.Stderr, "ztfs csi: ", log.LstdFlags)
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var serverArgs []string
+	// The flag set that parsed them is the command's: its flags are
+	// these, marked Changed.
+	f.servers.VisitAll(func(fl *pflag.Flag) {
+		if fl.Changed {
+			serverArgs = append(serverArgs, "--"+fl.Name+"="+fl.Value.String())
+		}
+	})
+	roots := make([]string, len(f.localRoots))
+	for i, r := range f.localRoots {
+		if roots[i], err = filepath.Abs(r); err != nil {
+			return err
+		}
+	}
+	stateDir, err := filepath.Abs(f.stateDir)
+	if err != nil {
+		return err
+	}
+	lis, err := csi.ListenEndpoint(f.endpoint)
+	if err != nil {
+		return err
+	}
+	starter := &volumeServers{exe: exe, args: serverArgs, stateDir: filepath.Join(stateDir, "servers"), logf: logger.Printf}
+	plugin, err := csi.New(csi.Config{NodeID: f.nodeID, Version: version, StateDir: stateDir, LocalRoots: roots,
+		Starter: starter, Logf: logger.Printf})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	served := make(chan error, 1)
+	go func() { served <- plugin.Serve(lis) }()
+	logger.Printf("ztfs %s: serving %s as node %s on %s (state in %s)", version, csi.DriverName, f.nodeID, f.endpoint, stateDir)
+	// The volumes whose servers ended with an earlier plugin's container
+	// are served anew beside the calls kubelet makes.
+	ctx, cancel := context.WithCancel(context.Background())
+	revived := make(chan struct{})
+	go func() {
+		defer close(revived)
+		plugin.Revive(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-revived
+	}()
+	select {
+	case sig := <-signals:
+		logger.Printf("%v: stopping; the volumes published stay served", sig)
+		cancel()
+		<-revived
+		plugin.Stop()
+		<-served
+		return nil
+	case err := <-served:
+		return err
+	}
+}
+
+// volumeServers starts each volume's server: ztfs mount in the background
+// form (--ready-fd), in a session of its own so that it outlives the
+// plugin, its secrets on a pipe (--secrets-fd), never in its command line
+// or environment.
+type volumeServers struct {
+	exe string
+	// args are the plugin's flags given to every server (--cache-dir, ...).
+	args []string
+	// stateDir is the servers' ZTFS_STATE_DIR (ztfs status).
+	stateDir string
+	logf     func(string, ...any)
+}
+
+func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, error) {
+	v := req.Volume
+	// allow_other: the pods reading the volume run as any user.
+	args := append([]string{"mount", "--ready-fd", "3", "--log-file", req.LogFile, "-o", "allow_other"}, s.args...)
+	if v.CacheSize > 0 {
+		args = append(args, "--cache-size", strconv.FormatInt(v.CacheSize, 10))
+	}
+	if v.ShardSize > 0 {
+		args = append(args, "--safetensors-shard-size", strconv.FormatInt(v.ShardSize, 10))
+	}
+	if v.NPYDType != "" {
+		args = append(args, "--npy-dtype", v.NPYDType)
+	}
+	if v.Verify {
+		args = append(args, "--verify")
+	}
+	secret := req.Secrets
+	src := v.Source
+	if name := session.Name(src); name != src {
+		// A URL's credentials go with the other secrets.
+		secret.Source, src = src, name
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	child := exec.Command(s.exe)
+	child.ExtraFiles = []*os.File{w}
+	child.Env = s.environ(v)
+	send := func() error { return nil }
+	if !secret.Empty() {
+		fd, sendSecrets, err := secrets.Pass(child, secret)
+		if err != nil {
+			w.Close()
+			return 0, err
+		}
+		args = append(args, "--secrets-fd", strconv.Itoa(fd))
+		send = sendSecrets
+	}
+	child.Args = append(append([]string{s.exe}, args...), "--", src, req.Target)
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		w.Close()
+		return 0, err
+	}
+	defer devnull.Close()
+	child.Stdin, child.Stdout, child.Stderr = devnull, devnull, devnull
+	if err := child.Start(); err != nil {
+		w.Close()
+		return 0, err
+	}
+	w.Close()
+	_ = send() // a server that exited before it read them says why below
+	pid := child.Process.Pid
+
+	// The ready pipe's lines, until the server closes it (ready, or
+	// exited); the reader ends then, or when the server is killed below.
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var last string
+	var notes []string
+	for done := false; !done; {
+		select {
+		case l, ok := <-lines:
+			switch {
+			case !ok:
+				done = true
+			case strings.HasPrefix(l, warningPrefix):
+				s.logf("%s: %s", req.Target, strings.TrimPrefix(l, warningPrefix))
+			case strings.HasPrefix(l, hintPrefix):
+				notes = append(notes, "hint: "+strings.TrimPrefix(l, hintPrefix))
+			case strings.TrimSpace(l) != "":
+				last = l
+			}
+		case <-ctx.Done():
+			child.Process.Kill()
+			for range lines {
+			}
+			child.Wait()
+			return 0, fmt.Errorf("%s: the server did not serve in time (%w); its log: %s", v.Name(), ctx.Err(), req.LogFile)
+		}
+	}
+	if last == "ready" {
+		// Reaped here while the plugin runs; a plugin started again
+		// finds the server by its record and /proc.
+		go func() {
+			err := child.Wait()
+			s.logf("%s: server pid %d exited (%v)", req.Target, pid, exitStatus(err))
+		}()
+		return pid, nil
+	}
+	err = child.Wait()
+	if last == "" {
+		return 0, fmt.Errorf("%s: the server exited before the mount was ready (%v); its log: %s", v.Name(), exitStatus(err), req.LogFile)
+	}
+	return 0, errors.New(strings.Join(append([]string{last}, notes...), "; "))
+}
+
+// environ is the server's environment: the plugin's without any secret,
+// ZTFS_STATE_DIR, and the volume's S3 endpoint and region.
+func (s *volumeServers) environ(v csi.Volume) []string {
+	_, env := secrets.FromEnv(os.Environ())
+	drop := map[string]bool{"ZTFS_STATE_DIR": true}
+	add := []string{"ZTFS_STATE_DIR=" + s.stateDir}
+	if v.AWSEndpointURL != "" {
+		drop["AWS_ENDPOINT_URL"], drop["AWS_ENDPOINT_URL_S3"] = true, true
+		add = append(add, "AWS_ENDPOINT_URL="+v.AWSEndpointURL)
+	}
+	if v.AWSRegion != "" {
+		drop["AWS_REGION"], drop["AWS_DEFAULT_REGION"] = true, true
+		add = append(add, "AWS_REGION="+v.AWSRegion)
+	}
+	out := make([]string, 0, len(env)+len(add))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !drop[k] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, add...)
+}
+
+// exitStatus describes how a process ended.
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
