@@ -118,6 +118,8 @@ type remoteOptions struct {
 	// Notef, if not nil, is told of each retry of the open, for a user
 	// waiting for it.
 	Notef func(msg string)
+	// Observer, if not nil, is told of each retry.
+	Observer Observer
 }
 
 // transport makes the requests of one kind of remote source.
@@ -144,6 +146,7 @@ type remote struct {
 	secret []string // never in a message
 	logf   func(string, ...any)
 	notef  func(string)
+	obs    Observer // never nil
 	tr     transport
 
 	retryFor  time.Duration
@@ -221,7 +224,10 @@ type block struct {
 // newRemote makes the core of a source named name; the transport is
 // given by start, once the source's open has learnt the size.
 func newRemote(name string, opts remoteOptions) *remote {
-	r := &remote{name: name, logf: opts.Logf, notef: opts.Notef, retryFor: opts.RetryFor, blockSize: opts.BlockSize}
+	r := &remote{name: name, logf: opts.Logf, notef: opts.Notef, obs: opts.Observer, retryFor: opts.RetryFor, blockSize: opts.BlockSize}
+	if r.obs == nil {
+		r.obs = nopObserver{}
+	}
 	if r.logf == nil {
 		r.logf = func(string, ...any) {}
 	}
@@ -536,6 +542,7 @@ func (r *remote) retry(ctx context.Context, what string, attempt func(ctx contex
 		if cut || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
 			return r.exhausted(ctx, what, last, n+1, start)
 		}
+		r.obs.Retried()
 		r.logf("%s: %s: %s; retrying in %v", r.name, what, f.reason, pause.Round(time.Millisecond))
 		if r.notef != nil && !deadline.IsZero() {
 			r.notef(fmt.Sprintf("%s: retrying: %s (attempt %d; giving up in %v)", r.name, f.reason, n+2,
@@ -941,12 +948,26 @@ func (r *remote) fetchNet(ctx context.Context, run []*block) {
 	}
 	err, retryable := r.fetch(ctx, run)
 	<-r.sem
-	if err == nil && r.disk != nil {
-		for _, b := range run {
-			r.disk.store(b.idx, b.data, r.logf)
-		}
+	if err != nil || r.disk == nil {
+		r.finish(run, err, retryable)
+		return
 	}
-	r.finish(run, err, retryable)
+	// The readers have the blocks first; they are written to disk after,
+	// counted as read meanwhile so that their memory is not reused.
+	r.mu.Lock()
+	for _, b := range run {
+		b.readers++
+	}
+	r.mu.Unlock()
+	r.finish(run, nil, false)
+	for _, b := range run {
+		r.disk.store(b.idx, b.data, r.logf)
+	}
+	r.mu.Lock()
+	for _, b := range run {
+		b.readers--
+	}
+	r.mu.Unlock()
 }
 
 // acquire takes a request slot (true), or gives up when ctx ends first
@@ -1079,6 +1100,25 @@ func (r *remote) fetch(ctx context.Context, bs []*block) (err error, retryable b
 // when nothing arrives for the stall timeout: no reply, or no byte of the
 // body.
 func (r *remote) get(ctx context.Context, from, end int64, bs []*block) (int64, *failure) {
+	first := bs[0].idx
+	return r.receive(ctx, from, end, func() {
+		for _, b := range bs {
+			b.receiving.Store(true)
+		}
+	}, func(pos int64) []byte {
+		b := bs[pos/r.blockSize-first]
+		return b.data[pos-b.idx*r.blockSize:]
+	}, nil)
+}
+
+// receive is one range request of [from, end), from and end within
+// blocks of the source: the reply's body is read into place(pos), the
+// memory for the bytes at pos up to the end of their block, and filled is
+// told of each block it completes (nil: not told). started, if not nil,
+// runs once the reply's body is there. It returns how many bytes it
+// received. The request is abandoned when nothing arrives for the stall
+// timeout: no reply, or no byte of the body.
+func (r *remote) receive(ctx context.Context, from, end int64, started func(), place func(pos int64) []byte, filled func(idx int64)) (int64, *failure) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stalled atomic.Bool
@@ -1096,30 +1136,27 @@ func (r *remote) get(ctx context.Context, from, end int64, bs []*block) (int64, 
 	}
 	defer body.Close()
 	timer.Reset(r.stall)
-	var n int64
-	for i, b := range bs {
-		if i == 0 {
-			for _, b := range bs {
-				b.receiving.Store(true)
+	if started != nil {
+		started()
+	}
+	pos := from
+	for pos < end {
+		dst := place(pos)
+		k, err := body.Read(dst[:min(int64(len(dst)), end-pos, bodyChunk)])
+		pos += int64(k)
+		if k > 0 {
+			timer.Reset(r.stall)
+			r.progressed()
+			if filled != nil && (pos%r.blockSize == 0 || pos == r.size) {
+				filled((pos - 1) / r.blockSize)
 			}
 		}
-		bstart := b.idx * r.blockSize
-		bend := bstart + int64(len(b.data))
-		for pos := max(from+n, bstart); pos < bend; {
-			k, err := body.Read(b.data[pos-bstart : min(bend, pos+bodyChunk)-bstart])
-			pos += int64(k)
-			n += int64(k)
-			if k > 0 {
-				timer.Reset(r.stall)
-				r.progressed()
-			}
-			if err == io.EOF && pos < bend {
-				return n, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", n, end-from)}
-			}
-			if err != nil && err != io.EOF {
-				return n, fail(r.tr.classify(err, actx))
-			}
+		if err == io.EOF && pos < end {
+			return pos - from, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", pos-from, end-from)}
+		}
+		if err != nil && err != io.EOF {
+			return pos - from, fail(r.tr.classify(err, actx))
 		}
 	}
-	return n, nil
+	return pos - from, nil
 }
