@@ -84,15 +84,15 @@ func (p *Pipeline) buildCodecs(stored Reader, c *formats.Component) (Reader, err
 func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, size int64, max uint64) (Reader, error) {
 	switch k.Method {
 	case "zstd", "zstd-seekable":
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("zstd", false, func(h blocks.Cache) (blocks.Source, error) {
 			return zstdstream.New(in, inSize, size, max, p.opts.BlockSize, k.Method == "zstd-seekable", p.pool, h), nil
 		})
 	case "lz4":
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("lz4", false, func(h blocks.Cache) (blocks.Source, error) {
 			return sequential.LZ4(in, inSize, size, p.opts.BlockSize, h), nil
 		})
 	case "szip":
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("szip", false, func(h blocks.Cache) (blocks.Source, error) {
 			return sequential.Szip(in, inSize, size, k.Szip, p.opts.BlockSize, h, p.opts.Logf)
 		})
 	}
