@@ -106,7 +106,7 @@ Formats:
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("ztfs {{.Version}}\n")
-	root.AddCommand(newMountCommand(), newUnmountCommand(), newStatusCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand())
+	root.AddCommand(newMountCommand(), newUnmountCommand(), newStatusCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand(), newWarmCommand())
 	root.AddCommand(newManCommand(root))
 	completeCommands(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
