@@ -298,7 +298,7 @@ func warmRemote(ctx context.Context, src string, files []warmFile, opts *source.
 		targets = append(targets, &warmTarget{name: w.Name(), w: w})
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return fileErrors(errs)
 	}
 	var selected, held, missing int64
 	var ranges [][]source.Range
@@ -361,7 +361,7 @@ func warmRemote(ctx context.Context, src string, files []warmFile, opts *source.
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return fileErrors(errs)
 	}
 	// What a trim (this process's, or another's) removed since.
 	var evicted int64
@@ -385,6 +385,19 @@ func warmRemote(ctx context.Context, src string, files []warmFile, opts *source.
 			units.BytesSize(float64(evicted)), units.BytesSize(float64(disk.Limit()))))
 	}
 	return nil
+}
+
+// fileErrors is the errors of several files, one line each as main
+// prints them ("ztfs: " before every line).
+func fileErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "\nztfs: "))
 }
 
 // warmLocal reads the local file or folder src (its files the globs

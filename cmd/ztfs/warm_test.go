@@ -205,6 +205,7 @@ func TestWarmSchemes(t *testing.T) {
 func TestWarmErrors(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.bin"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map": {"a": "x.safetensors", "b": "y.safetensors", "c": "x.safetensors"}}`), 0o644)
 	base, _ := testenv.StartNginx(t, dir, false)
 	cache := t.TempDir()
 	for _, tc := range []struct {
@@ -218,6 +219,9 @@ func TestWarmErrors(t *testing.T) {
 		{[]string{"warm", "--cache-dir", cache, "--no-cache-dir", base + "/a.bin"}, 2, "ztfs: warm: --cache-dir and --no-cache-dir exclude each other\n"},
 		{[]string{"warm", "--cache-dir", cache, base + "/"}, 1, "ztfs: " + base + "/: a folder, and http has no listing: warm its index (model.safetensors.index.json) or its files\n"},
 		{[]string{"warm", filepath.Join(dir, "nothing")}, 1, "ztfs: " + filepath.Join(dir, "nothing") + ": no such file or directory\n"},
+		// An index naming two missing files: a line for each.
+		{[]string{"warm", "--cache-dir", cache, base + "/model.safetensors.index.json"}, 1,
+			"ztfs: " + base + "/x.safetensors: 404 Not Found\nztfs: " + base + "/y.safetensors: 404 Not Found\n"},
 		{[]string{"warm", "--cache-dir", cache, base + "/a.bin", "[x"}, 2, "ztfs: warm: bad GLOB \"[x\": syntax error in pattern\nusage: ztfs warm [--cache-dir DIR] [--jobs N] [flags] SOURCE [GLOB...]\n"},
 	} {
 		if r := run(t, tc.args...); r.code != tc.code || r.stderr != tc.want {
