@@ -145,14 +145,7 @@ func TestWarmSchemes(t *testing.T) {
 	proxy := &rangeCounter{rp: httputil.NewSingleHostReverseProxy(u)}
 	front := httptest.NewServer(proxy)
 	defer front.Close()
-	none := filepath.Join(t.TempDir(), "none")
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey, "AWS_SESSION_TOKEN": "",
-		"AWS_ENDPOINT_URL": front.URL, "AWS_ENDPOINT_URL_S3": "", "AWS_REGION": "", "AWS_DEFAULT_REGION": "",
-		"AWS_PROFILE": "", "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none, "AWS_EC2_METADATA_DISABLED": "true",
-	} {
-		t.Setenv(k, v)
-	}
+	s3Env(t, srv, front.URL)
 	cache := t.TempDir()
 	r := run(t, "warm", "--cache-dir", cache, srv.URL("model/"), "*.safetensors", "*.json")
 	if r.code != 0 || !strings.Contains(r.stdout, srv.URL("model/")+": ") {

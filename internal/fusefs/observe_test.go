@@ -18,7 +18,6 @@ import (
 	"github.com/ztfs/ztfs/internal/metrics"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/session"
-	"github.com/ztfs/ztfs/internal/testenv"
 	"github.com/ztfs/ztfs/internal/tree"
 )
 
@@ -27,31 +26,16 @@ import (
 // counted in m, as ztfs mount --metrics-addr does.
 func mountObserved(t testing.TB, path string, opts session.Options, obs ReadObserver, m *metrics.Mount) *mounted {
 	t.Helper()
-	testenv.RequireFUSE(t)
-	if opts.CacheSize == 0 {
-		opts.CacheSize = 16 << 20
-	}
-	mt := &mounted{dir: t.TempDir(), log: &logRecorder{t: t}}
-	opts.Logf = mt.log.logf
-	opts.Guard = true
 	if m != nil {
 		opts.Observers, opts.Decoded = m.Observers(), m.Decoded
 	}
-	s, err := session.Open(path, opts)
+	mt, err := tryMountWith(t, path, opts, Options{Reads: obs}, MountOptions{FsName: path, ReadAhead: 4 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m != nil {
-		m.WatchCache(s.Cache)
+		m.WatchCache(mt.s.Cache)
 	}
-	mt.s = s
-	mt.server, err = Mount(mt.dir, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
-		Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: mt.log.logf, Reads: obs}, MountOptions{FsName: path, ReadAhead: 4 << 20})
-	if err != nil {
-		s.Close()
-		t.Fatalf("mount: %v", err)
-	}
-	t.Cleanup(func() { mt.unmount(t) })
 	return mt
 }
 
