@@ -140,7 +140,9 @@ func TestUsageLines(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "bogus", "a", t.TempDir()},
-		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"}} {
+		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"},
+		{"mount", "--metrics-addr", "9400", "a", t.TempDir()}, {"mount", "--metrics-addr", "unix:", "a", t.TempDir()},
+		{"mount", "--cache-dir", "/c", "--no-cache-dir", "a", t.TempDir()}, {"warm", "--jobs", "0", "a"}} {
 		r := run(t, args...)
 		lines := strings.Count(r.stderr, "\n")
 		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "ztfs: ") || lines != 1 && !(lines == 2 && strings.Contains(r.stderr, "\nusage: ztfs ")) {

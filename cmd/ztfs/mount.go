@@ -124,6 +124,14 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 	if _, err := f.check.mode(); err != nil {
 		return withCode(exitUsage, err)
 	}
+	if _, _, err := f.source.cacheDir.resolve(); err != nil {
+		return withCode(exitUsage, err)
+	}
+	if f.metricsAddr != "" {
+		if err := metrics.CheckAddr(f.metricsAddr); err != nil {
+			return withCode(exitUsage, fmt.Errorf("--metrics-addr: %w", err))
+		}
+	}
 	if f.debug {
 		f.foreground = true
 	}

@@ -32,16 +32,31 @@ type Server struct {
 	path string // the unix socket's, removed by Close; "" for TCP
 }
 
+// CheckAddr reports whether addr has the form of an address Listen takes:
+// HOST:PORT, or unix:PATH. Its error names the address.
+func CheckAddr(addr string) error {
+	if p, ok := strings.CutPrefix(addr, UnixPrefix); ok {
+		if p == "" {
+			return fmt.Errorf("metrics address %q: no socket path", addr)
+		}
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" || strings.Contains(addr, "/") {
+		return fmt.Errorf("metrics address %q: want HOST:PORT or unix:PATH", addr)
+	}
+	return nil
+}
+
 // Listen starts serving g at /metrics on addr: HOST:PORT, or unix:PATH
 // for a unix socket (made 0660; a stale socket at PATH is replaced). Its
 // error names the address.
 func Listen(addr string, g prometheus.Gatherer, logf func(string, ...any)) (*Server, error) {
+	if err := CheckAddr(addr); err != nil {
+		return nil, err
+	}
 	network, where := "tcp", addr
 	if p, ok := strings.CutPrefix(addr, UnixPrefix); ok {
 		network, where = "unix", p
-		if where == "" {
-			return nil, fmt.Errorf("metrics address %q: no socket path", addr)
-		}
 		// A socket left by a server that died: nothing listens there.
 		if st, err := os.Lstat(where); err == nil && st.Mode()&fs.ModeSocket != 0 {
 			if c, err := net.DialTimeout("unix", where, time.Second); err == nil {
@@ -50,8 +65,6 @@ func Listen(addr string, g prometheus.Gatherer, logf func(string, ...any)) (*Ser
 			}
 			os.Remove(where)
 		}
-	} else if _, _, err := net.SplitHostPort(addr); err != nil {
-		return nil, fmt.Errorf("metrics address %q: want HOST:PORT or unix:PATH", addr)
 	}
 	ln, err := net.Listen(network, where)
 	if err != nil {
