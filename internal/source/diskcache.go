@@ -221,6 +221,22 @@ func (d *DiskCache) Stats() DiskStats {
 func (d *DiskCache) locked(f func(u *usage)) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.turn(f, flockWait)
+}
+
+// tryLocked is locked if the lock is free now; it reports whether f ran.
+// A read that found a damaged block removes it so, never waiting: the
+// block fetched again replaces it anyway.
+func (d *DiskCache) tryLocked(f func(u *usage)) bool {
+	if !d.mu.TryLock() {
+		return false
+	}
+	defer d.mu.Unlock()
+	return d.turn(f, func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) }) == nil
+}
+
+// turn is a turn at the lock, taken by take; d.mu is held.
+func (d *DiskCache) turn(f func(u *usage), take func(fd int) error) error {
 	if d.lock == nil {
 		if !d.local.valid {
 			if err := d.rescan(&d.local); err != nil {
@@ -231,7 +247,7 @@ func (d *DiskCache) locked(f func(u *usage)) error {
 		return nil
 	}
 	fd := int(d.lock.Fd())
-	if err := flockWait(fd); err != nil {
+	if err := take(fd); err != nil {
 		return err
 	}
 	defer unix.Flock(fd, unix.LOCK_UN)
@@ -402,9 +418,10 @@ func (o *diskObject) present(idx, n int64) bool {
 }
 
 // removeIfSame removes the file at p if it is still the file st describes
-// (not a block another process renamed into place since), and uncounts it.
+// (not a block another process renamed into place since), and uncounts it;
+// if the lock is busy it leaves it, for the block fetched again to replace.
 func (d *DiskCache) removeIfSame(p string, st os.FileInfo) {
-	d.locked(func(u *usage) {
+	d.tryLocked(func(u *usage) {
 		if now, err := os.Lstat(p); err == nil && os.SameFile(now, st) && os.Remove(p) == nil {
 			u.used = max(0, u.used-now.Size())
 		}

@@ -88,6 +88,11 @@ const (
 	// spareBuffers bounds the evicted blocks' memory kept for the next
 	// fetch, so that a stream reuses memory already faulted in.
 	spareBuffers = 16
+	// diskWriters bounds the goroutines of a source writing fetched
+	// blocks to the on-disk cache behind the reads; beyond them a fetch
+	// writes its blocks itself, so that a slow disk holds the fetches back
+	// rather than piling up blocks in memory.
+	diskWriters = 4
 )
 
 // StallTimeout is how long a request of a remote source with the given
@@ -158,6 +163,9 @@ type remote struct {
 	sem       chan struct{}  // a slot per range request in flight
 	wg        sync.WaitGroup // goroutines of the source (fetches, checks, the probe); Close waits
 	disk      *diskObject    // nil without an on-disk cache
+	// storing has a slot per goroutine writing fetched blocks to disk
+	// behind the reads (storeAfter).
+	storing chan struct{}
 
 	size int64
 
@@ -249,6 +257,7 @@ func newRemote(name string, opts remoteOptions) *remote {
 		parallel = defaultParallel
 	}
 	r.sem = make(chan struct{}, parallel)
+	r.storing = make(chan struct{}, diskWriters)
 	r.chunk = int(max(1, chunkBytes/r.blockSize))
 	r.baseBlks = int(max(2, min(128, blockCacheBytes/r.blockSize)))
 	r.seqEnd = -1
@@ -960,14 +969,38 @@ func (r *remote) fetchNet(ctx context.Context, run []*block) {
 	}
 	r.mu.Unlock()
 	r.finish(run, nil, false)
-	for _, b := range run {
-		r.disk.store(b.idx, b.data, r.logf)
+	r.storeAfter(run)
+}
+
+// storeAfter writes fetched blocks, already published, to the on-disk
+// cache, then lets their memory go (the readers count fetchNet added). The
+// fetch that called it may be a read's own (the last run of a read is
+// fetched on its goroutine): the writes go to a goroutine of the source's
+// while one of the diskWriters slots is free, so that the read does not
+// wait for the disk; otherwise they are made here.
+func (r *remote) storeAfter(run []*block) {
+	store := func() {
+		for _, b := range run {
+			r.disk.store(b.idx, b.data, r.logf)
+		}
+		r.mu.Lock()
+		for _, b := range run {
+			b.readers--
+		}
+		r.mu.Unlock()
 	}
-	r.mu.Lock()
-	for _, b := range run {
-		b.readers--
+	select {
+	case r.storing <- struct{}{}:
+		if r.goOwned(func() {
+			defer func() { <-r.storing }()
+			store()
+		}) {
+			return
+		}
+		<-r.storing
+	default:
 	}
-	r.mu.Unlock()
+	store()
 }
 
 // acquire takes a request slot (true), or gives up when ctx ends first

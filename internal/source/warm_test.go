@@ -36,12 +36,16 @@ func TestWarmFetch(t *testing.T) {
 	if _, ok := AsWarmer(openHTTP(t, p.srv.URL+"/model.bin", HTTPOptions{})); ok {
 		t.Error("a source without a disk cache is a Warmer")
 	}
-	// One block is there already: it splits the ranges.
+	// One block is there already: it splits the ranges. (A read's blocks
+	// are written to disk behind it: wait for it.)
 	first := make([]byte, 1<<20)
 	if _, err := src.ReadAt(first[:10], 17<<20); err != nil {
 		t.Fatal(err)
 	}
 	missing, held := w.Missing(8 << 20)
+	for deadline := time.Now().Add(10 * time.Second); held == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		missing, held = w.Missing(8 << 20)
+	}
 	want := []Range{{0, 8 << 20}, {8 << 20, 16 << 20}, {16 << 20, 17 << 20}, {18 << 20, 26 << 20}, {26 << 20, 34 << 20},
 		{34 << 20, size}}
 	if fmt.Sprint(missing) != fmt.Sprint(want) || held != 1<<20 {
