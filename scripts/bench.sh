@@ -523,6 +523,18 @@ if want remote; then
   rone=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$rone") MiB/s" "$(speed_ratio "$rbytes" "$rone" "$robject" "$rcurl")x" "-"
+  # The default: every block fetched also written to the (empty) cache
+  # directory, behind the reads; then a remount reading it from there.
+  rm -rf "$ZTFS_CACHE_DIR"
+  bin/ztfs mount "$base/raw.zt" "$mnt"
+  rdisk=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "the same with the cache directory (the default), empty" "the same" "$(mbps "$rbytes" "$rdisk") MiB/s" "$(speed_ratio "$rbytes" "$rdisk" "$robject" "$rcurl")x" "-"
+  bin/ztfs mount "$base/raw.zt" "$mnt"
+  rhit=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "a remount reading every block from the cache directory" "the same" "$(mbps "$rbytes" "$rhit") MiB/s" "$(speed_ratio "$rbytes" "$rhit" "$robject" "$rcurl")x" "-"
+  rm -rf "$ZTFS_CACHE_DIR"
   bin/ztfs mount --no-cache-dir "$base/zstd.zt" "$mnt"
   zfirst=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
