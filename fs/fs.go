@@ -65,6 +65,10 @@ type Options struct {
 	// its process alive. OnGone must make them return (a session closes
 	// its remote sources). Only Mount uses it.
 	OnGone func()
+	// Reads, if not nil, is told of every file read the server answers
+	// (a mount's metrics and status). Reads the kernel serves from its
+	// page cache, or from a source file passed through, never reach it.
+	Reads ReadObserver
 
 	// onRead, if set, is called with every file read the server answers:
 	// tests count them.
@@ -74,6 +78,14 @@ type Options struct {
 	busy *atomic.Int64
 	// tree is the tree served, for statfs.
 	tree *tree.Tree
+}
+
+// ReadObserver is told of each read of a file that the server answers:
+// the kind of file, the bytes returned, how long the answer took, and for
+// a read answered with EIO the reason (naming the file), nil otherwise. It
+// is called from many request goroutines at once and must be cheap.
+type ReadObserver interface {
+	ObserveRead(kind tree.Kind, n int, took time.Duration, err error)
 }
 
 // node is shared by directories and files.
@@ -88,6 +100,7 @@ type dirNode struct{ node }
 
 type fileNode struct {
 	node
+	kind tree.Kind
 	// failed holds the reads of the file that failed in the last
 	// failMemory, at most maxFailed of them; nFailed is their count, so
 	// that a read of a file with none takes no lock.
@@ -284,7 +297,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		cd.fill(&out.Attr)
 		return d.NewInode(ctx, cd, gofs.StableAttr{Mode: fuse.S_IFDIR, Ino: child.ID}), 0
 	}
-	cf := &fileNode{node: node{tn: child, opts: d.opts, pt: d.pt}}
+	cf := &fileNode{node: node{tn: child, opts: d.opts, pt: d.pt}, kind: child.Kind()}
 	if errno := cf.fillFile(&out.Attr, func() string { return d.Path(nil) + "/" + name }); errno != 0 {
 		return nil, errno
 	}
@@ -372,6 +385,20 @@ func spliceFitsPipe(off, n, maxPipe int64) bool {
 func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	f.opts.busy.Add(1)
 	defer f.opts.busy.Add(-1)
+	start := time.Now()
+	rr, n, err := f.read(fh, dest, off, start)
+	if obs := f.opts.Reads; obs != nil {
+		obs.ObserveRead(f.kind, n, time.Since(start), err)
+	}
+	if err != nil {
+		return nil, syscall.EIO
+	}
+	return rr, 0
+}
+
+// read answers Read: the reply and its size, or the error (logged) that
+// fails the read with EIO.
+func (f *fileNode) read(fh gofs.FileHandle, dest []byte, off int64, start time.Time) (fuse.ReadResult, int, error) {
 	if f.opts.onRead != nil {
 		f.opts.onRead(f.tn)
 	}
@@ -384,30 +411,27 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	// rule is simple: once the source changed, nothing is served.
 	if f.opts.Check != nil {
 		if err := f.opts.Check(); err != nil {
-			f.opts.Logf("%s: %v", f.Path(nil), err)
-			return nil, syscall.EIO
+			return nil, 0, f.fail(err)
 		}
 	}
 	r := f.tn.Reader
 	size, err := r.Size()
 	if err != nil {
-		f.opts.Logf("%s: %v", f.Path(nil), err)
-		return nil, syscall.EIO
+		return nil, 0, f.fail(err)
 	}
 	if off >= size || len(dest) == 0 {
-		return fuse.ReadResultData(nil), 0
+		return fuse.ReadResultData(nil), 0, nil
 	}
 	if f.failedAt(off) {
-		return nil, syscall.EIO
+		return nil, 0, fmt.Errorf("%s: a read at %d failed less than %v ago: failed again at once", f.Path(nil), off, failMemory)
 	}
 	n := min(int64(len(dest)), size-off)
-	start := time.Now()
 	if spanner, ok := r.(pipeline.FileSpanner); ok {
 		if span, ok := spanner.FileSpan(off, n); ok {
 			if SpliceFits(span.Off, n) {
 				rr, err := loadSpan(span, int(n))
 				if err == nil {
-					return rr, 0
+					return rr, int(n), nil
 				}
 				// The copying path below reads the range again, and
 				// fails (logged) if the source still does.
@@ -421,13 +445,20 @@ func (f *fileNode) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, of
 	// data result would be copied into a pipe and spliced: two more.)
 	slices, release, err := pipeline.ReadSlices(r, off, n, dest)
 	if err != nil {
-		f.opts.Logf("%s: read of %d bytes at %d: %v", f.Path(nil), n, off, err)
+		err = f.fail(fmt.Errorf("read of %d bytes at %d: %w", n, off, err))
 		if now := time.Now(); now.Sub(start) >= slowFailure {
 			f.remember(failedRead{off: off, end: off + n, at: now})
 		}
-		return nil, syscall.EIO
+		return nil, 0, err
 	}
-	return &lentRead{slices: slices, release: release}, 0
+	return &lentRead{slices: slices, release: release}, int(n), nil
+}
+
+// fail logs why a read of the file fails, and returns it naming the file.
+func (f *fileNode) fail(err error) error {
+	err = fmt.Errorf("%s: %w", f.Path(nil), err)
+	f.opts.Logf("%v", err)
+	return err
 }
 
 // failedAt reports whether a read at off failed in the last failMemory.

@@ -54,6 +54,13 @@ func mount(t testing.TB, path string, opts session.Options) *mounted {
 // comes back as it is, and nothing is mounted.
 func tryMount(t testing.TB, path string, opts session.Options) (*mounted, error) {
 	t.Helper()
+	return tryMountWith(t, path, opts, Options{}, MountOptions{FsName: path})
+}
+
+// tryMountWith is tryMount with the Reads of fo and the MountOptions mo;
+// the rest of the Options are the session's.
+func tryMountWith(t testing.TB, path string, opts session.Options, fo Options, mo MountOptions) (*mounted, error) {
+	t.Helper()
 	testenv.RequireFUSE(t)
 	if opts.CacheSize == 0 {
 		opts.CacheSize = 16 << 20
@@ -67,7 +74,7 @@ func tryMount(t testing.TB, path string, opts session.Options) (*mounted, error)
 	}
 	m.s = s
 	m.server, err = Mount(m.dir, s.Tree, Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
-		Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: m.log.logf}, MountOptions{FsName: path})
+		Check: s.Check, CheckNow: s.CheckNow, OnChange: s.OnChange, Logf: m.log.logf, Reads: fo.Reads}, mo)
 	if err != nil {
 		s.Close()
 		t.Fatalf("mount: %v", err)

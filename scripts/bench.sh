@@ -39,11 +39,19 @@
 #     network namespace of the script's, reached over a veth pair with netem
 #     on both ends, or, where the kernel has no netem, over a pair of TUN
 #     devices joined by scripts/delayline.
+#   - warm: ztfs warm --jobs N of a WARM_SIZE object over the same link with
+#     REMOTE_DELAY ms added each way, into an empty cache directory, against
+#     N parallel curl range streams of the object (one Nth each), for N = 1
+#     and WARM_JOBS (4 8).
+#
+# Remote sources are read with --no-cache-dir, but by warm (which fills
+# $ZTFS_CACHE_DIR's own directory in WORK): the rows measure the network.
 #
 # Usage: scripts/bench.sh   SIZE=1GiB component size, RANDOM_SIZE=4GiB, TGM_SIZE=256MiB,
 #                           MODEL_SCALE=20 (about 600 MiB), REMOTE_SIZE=512MiB,
 #                           REMOTE_DELAY=5 (ms each way: a 10 ms round trip),
-#                           SECTIONS="core folders gguf remote",
+#                           WARM_SIZE=512MiB, WARM_JOBS="4 8",
+#                           SECTIONS="core folders gguf remote warm",
 #                           WORK=dir where the files go (default /var/tmp), KEEP=1 keeps them
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,12 +90,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-sections=${SECTIONS:-core folders gguf remote}
+sections=${SECTIONS:-core folders gguf remote warm}
 want() { [[ " $sections " == *" $1 "* ]]; }
 go build -o bin/ztfs ./cmd/ztfs
 go build -o bin/ztgen ./scripts/ztgen
 go build -o bin/fuseceiling ./scripts/fuseceiling
-want remote && go build -o bin/delayline ./scripts/delayline
+{ want remote || want warm; } && go build -o bin/delayline ./scripts/delayline
+# Blocks of remote sources never go to the machine's cache directory.
+export ZTFS_CACHE_DIR=$work/cache
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
@@ -131,6 +141,83 @@ unmount_ztfs() {
   bin/ztfs unmount "$mnt"
 }
 sq_mount() { squashfuse "$1" "$sqmnt"; set_read_ahead "$sqmnt" "$ztfs_ra"; sq_ra=$(read_ahead_kb "$sqmnt"); }
+
+# nginx_conf DIR LISTEN [ROOT] writes DIR/nginx.conf: nginx serving ROOT ($www) on
+# LISTEN, with no access log but for /fmt/, whose requests go to
+# DIR/access.log, one line each: method, status, bytes sent (headers
+# included), Range header, URI.
+nginx_conf() {
+  cat >"$1/nginx.conf" <<CONF
+daemon off;
+master_process off;
+pid $1/nginx.pid;
+error_log $1/error.log;
+events { worker_connections 256; }
+http {
+  access_log off;
+  log_format costs '\$request_method \$status \$bytes_sent "\$http_range" \$uri';
+  client_body_temp_path $1/body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
+  default_type application/octet-stream;
+  types { }
+  sendfile on;
+  keepalive_requests 100000;
+  server {
+    listen $2;
+    root ${3:-$www};
+    location / { }
+    location /fmt/ { access_log $1/access.log costs; }
+  }
+}
+CONF
+}
+
+# latency_up ROOT FILE: nginx serving ROOT in a network namespace of the
+# script's, reached from this one at $lbase over a link with REMOTE_DELAY ms
+# added each way (twice that to the round trip): netem (delay, limit 100000
+# packets) on both ends of a veth pair, or, where the kernel has no netem
+# (CONFIG_NET_SCH_NETEM unset), a pair of TUN devices joined by
+# scripts/delayline, which holds each packet as long, in either direction,
+# with a queue of as many packets. MTU 1500 either way, with TCP
+# segmentation offload as veth has; Linux's default TCP buffers. It waits
+# until FILE is served, measures the round trip TCP sees (the fastest of
+# five connects) and sets lat_label. latency_down undoes it.
+latency_up() {
+  lat_delay=${REMOTE_DELAY:-5}
+  lat_ns=ztfs-bench-$$
+  lat_a=ztb$$a
+  lat_b=ztb$$b
+  lat_net=10.200.$(($$ % 256))
+  ip netns add "$lat_ns"
+  ip netns exec "$lat_ns" ip link set lo up
+  if ip link add "$lat_a" type veth peer name "$lat_b" netns "$lat_ns" 2>/dev/null &&
+    tc qdisc add dev "$lat_a" root netem delay "${lat_delay}ms" limit 100000 2>/dev/null &&
+    ip netns exec "$lat_ns" tc qdisc add dev "$lat_b" root netem delay "${lat_delay}ms" limit 100000 2>/dev/null; then
+    lat_how="netem on both ends of a veth pair"
+  else
+    ip link del "$lat_a" 2>/dev/null || true
+    bin/delayline -delay "${lat_delay}ms" -limit 100000 -netns "$lat_ns" "$lat_a" "$lat_b" &
+    delay_pid=$!
+    for i in $(seq 50); do ip netns exec "$lat_ns" ip link show "$lat_b" >/dev/null 2>&1 && break; sleep 0.1; done
+    lat_how="scripts/delayline between two TUN devices: this kernel has no netem"
+  fi
+  ip link set "$lat_a" mtu 1500 txqueuelen 10000 up
+  ip addr add "$lat_net.1/30" dev "$lat_a"
+  ip netns exec "$lat_ns" ip link set "$lat_b" mtu 1500 txqueuelen 10000 up
+  ip netns exec "$lat_ns" ip addr add "$lat_net.2/30" dev "$lat_b"
+  mkdir -p "$work/nginx-ns"
+  nginx_conf "$work/nginx-ns" "$lat_net.2:8080" "$1"
+  ip netns exec "$lat_ns" /usr/sbin/nginx -p "$work/nginx-ns" -c "$work/nginx-ns/nginx.conf" -e "$work/nginx-ns/error.log" &
+  ns_nginx_pid=$!
+  lbase=http://$lat_net.2:8080
+  for i in $(seq 50); do curl -sf -o /dev/null -r 0-0 "$lbase/$2" && break; sleep 0.1; done
+  # The round trip as TCP sees it: the fastest of five connects.
+  rtt=$(for i in 1 2 3 4 5; do curl -sf -o /dev/null -r 0-0 -w '%{time_connect}\n' "$lbase/$2"; done | sort -n | head -1 | awk '{ printf "%.1f", $1 * 1000 }')
+  lat_label="$((2 * lat_delay)) ms round trip added ($lat_delay ms each way, $lat_how; TCP connect ${rtt} ms)"
+}
 
 if want core; then
 echo "writing test files in $work ..." >&2
@@ -413,38 +500,6 @@ if want remote; then
   bin/ztgen raw "$www/raw.zt" "$remote_size"
   bin/ztgen zstd "$www/zstd.zt" "$remote_size"
   port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  # nginx_conf DIR LISTEN writes DIR/nginx.conf: nginx serving $www on
-  # LISTEN, with no access log but for /fmt/, whose requests go to
-  # DIR/access.log, one line each: method, status, bytes sent (headers
-  # included), Range header, URI.
-  nginx_conf() {
-    cat >"$1/nginx.conf" <<CONF
-daemon off;
-master_process off;
-pid $1/nginx.pid;
-error_log $1/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  log_format costs '\$request_method \$status \$bytes_sent "\$http_range" \$uri';
-  client_body_temp_path $1/body;
-  proxy_temp_path $1/proxy;
-  fastcgi_temp_path $1/fastcgi;
-  uwsgi_temp_path $1/uwsgi;
-  scgi_temp_path $1/scgi;
-  default_type application/octet-stream;
-  types { }
-  sendfile on;
-  keepalive_requests 100000;
-  server {
-    listen $2;
-    root $www;
-    location / { }
-    location /fmt/ { access_log $1/access.log costs; }
-  }
-}
-CONF
-  }
   nginx_conf "$work/nginx" "127.0.0.1:$port"
   /usr/sbin/nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
   nginx_pid=$!
@@ -460,15 +515,27 @@ CONF
   curl -sf -o /dev/null "$base/raw.zt" # one warm-up of nginx's path
   rcurl=$(curl_time "$base/raw.zt")
   zcurl=$(curl_time "$base/zstd.zt")
-  bin/ztfs mount "$base/raw.zt" "$mnt"
+  bin/ztfs mount --no-cache-dir "$base/raw.zt" "$mnt"
   rfirst=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "raw $remote_size component of an http:// URL (nginx, 127.0.0.1), 1 MiB reads, first read" "curl of the whole object ($(mbps "$robject" "$rcurl") MiB/s)" "$(mbps "$rbytes" "$rfirst") MiB/s" "$(speed_ratio "$rbytes" "$rfirst" "$robject" "$rcurl")x" ">= 0.9x"
-  bin/ztfs mount --remote-requests 1 "$base/raw.zt" "$mnt"
+  bin/ztfs mount --no-cache-dir --remote-requests 1 "$base/raw.zt" "$mnt"
   rone=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$rone") MiB/s" "$(speed_ratio "$rbytes" "$rone" "$robject" "$rcurl")x" "-"
-  bin/ztfs mount "$base/zstd.zt" "$mnt"
+  # The default: every block fetched also written to the (empty) cache
+  # directory, behind the reads; then a remount reading it from there.
+  rm -rf "$ZTFS_CACHE_DIR"
+  bin/ztfs mount "$base/raw.zt" "$mnt"
+  rdisk=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "the same with the cache directory (the default), empty" "the same" "$(mbps "$rbytes" "$rdisk") MiB/s" "$(speed_ratio "$rbytes" "$rdisk" "$robject" "$rcurl")x" "-"
+  bin/ztfs mount "$base/raw.zt" "$mnt"
+  rhit=$(read_time "$mnt/tensors/big/data")
+  unmount_ztfs
+  row "a remount reading every block from the cache directory" "the same" "$(mbps "$rbytes" "$rhit") MiB/s" "$(speed_ratio "$rbytes" "$rhit" "$robject" "$rcurl")x" "-"
+  rm -rf "$ZTFS_CACHE_DIR"
+  bin/ztfs mount --no-cache-dir "$base/zstd.zt" "$mnt"
   zfirst=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "zstd $remote_size component of an http:// URL ($(ratio "$rbytes" "$zobject"):1), first read" "the time of curl of the whole object ($(mbps "$zobject" "$zcurl") MiB/s of stored bytes)" "$(mbps "$rbytes" "$zfirst") MiB/s" "$(ratio "$zcurl" "$zfirst")x the speed" "-"
@@ -500,7 +567,7 @@ CONF
     fsize=$(stat -c %s "$fmt/$f")
     read -r fformat fversion ftensors < <(bin/ztfs inspect --json "$fmt/$f" | jq -r '[.format, (.format_version // "-"), (.tensors | length)] | @tsv')
     mark=$(wc -l <"$alog")
-    bin/ztfs mount "$base/fmt/$f" "$mnt"
+    bin/ztfs mount --no-cache-dir "$base/fmt/$f" "$mnt"
     stat "$mnt" >/dev/null
     unmount_ztfs
     # requests, bytes sent, and the requests by method: HEAD, GET with a
@@ -514,70 +581,89 @@ CONF
   rm -rf "$fmt"
   kill "$nginx_pid"; wait "$nginx_pid" 2>/dev/null || true; nginx_pid=
 
-  # The same first reads with latency: nginx in a network namespace of the
-  # script's, the mount and curl in this one. REMOTE_DELAY ms are added
-  # each way, on both ends of the link, so the round trip gains twice that:
-  # netem (delay, limit 100000 packets) on both ends of a veth pair, or,
-  # where the kernel has no netem (CONFIG_NET_SCH_NETEM unset), a pair of
-  # TUN devices joined by scripts/delayline, which holds each packet as
-  # long, in either direction, with a queue of as many packets. MTU 1500
-  # either way, with TCP segmentation offload as veth has; Linux's default
-  # TCP buffers.
-  lat_delay=${REMOTE_DELAY:-5}
-  lat_ns=ztfs-bench-$$
-  lat_a=ztb$$a
-  lat_b=ztb$$b
-  lat_net=10.200.$(($$ % 256))
-  ip netns add "$lat_ns"
-  ip netns exec "$lat_ns" ip link set lo up
-  if ip link add "$lat_a" type veth peer name "$lat_b" netns "$lat_ns" 2>/dev/null &&
-    tc qdisc add dev "$lat_a" root netem delay "${lat_delay}ms" limit 100000 2>/dev/null &&
-    ip netns exec "$lat_ns" tc qdisc add dev "$lat_b" root netem delay "${lat_delay}ms" limit 100000 2>/dev/null; then
-    lat_how="netem on both ends of a veth pair"
-  else
-    ip link del "$lat_a" 2>/dev/null || true
-    bin/delayline -delay "${lat_delay}ms" -limit 100000 -netns "$lat_ns" "$lat_a" "$lat_b" &
-    delay_pid=$!
-    for i in $(seq 50); do ip netns exec "$lat_ns" ip link show "$lat_b" >/dev/null 2>&1 && break; sleep 0.1; done
-    lat_how="scripts/delayline between two TUN devices: this kernel has no netem"
-  fi
-  ip link set "$lat_a" mtu 1500 txqueuelen 10000 up
-  ip addr add "$lat_net.1/30" dev "$lat_a"
-  ip netns exec "$lat_ns" ip link set "$lat_b" mtu 1500 txqueuelen 10000 up
-  ip netns exec "$lat_ns" ip addr add "$lat_net.2/30" dev "$lat_b"
-  mkdir -p "$work/nginx-ns"
-  nginx_conf "$work/nginx-ns" "$lat_net.2:8080"
-  ip netns exec "$lat_ns" /usr/sbin/nginx -p "$work/nginx-ns" -c "$work/nginx-ns/nginx.conf" -e "$work/nginx-ns/error.log" &
-  ns_nginx_pid=$!
-  lbase=http://$lat_net.2:8080
-  for i in $(seq 50); do curl -sf -o /dev/null -r 0-0 "$lbase/raw.zt" && break; sleep 0.1; done
-  # The round trip as TCP sees it: the fastest of five connects.
-  rtt=$(for i in 1 2 3 4 5; do curl -sf -o /dev/null -r 0-0 -w '%{time_connect}\n' "$lbase/raw.zt"; done | sort -n | head -1 | awk '{ printf "%.1f", $1 * 1000 }')
-  lat_label="$((2 * lat_delay)) ms round trip added ($lat_delay ms each way, $lat_how; TCP connect ${rtt} ms)"
+  # The same first reads with latency (latency_up): nginx in a network
+  # namespace of the script's, the mount and curl in this one.
+  latency_up "$www" raw.zt
   cat "$www/raw.zt" "$www/zstd.zt" >/dev/null
   curl -sf -o /dev/null "$lbase/raw.zt" # one warm-up
   lcurl=$(curl_time "$lbase/raw.zt")
   # delay_cpu prints the CPU seconds the delay line has used (0 with netem):
   # it runs on the same cores as the mount.
   delay_cpu() { if [ -n "${delay_pid:-}" ]; then awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$delay_pid/stat"; else echo 0; fi; }
-  bin/ztfs mount "$lbase/raw.zt" "$mnt"
+  bin/ztfs mount --no-cache-dir "$lbase/raw.zt" "$mnt"
   c0=$(delay_cpu)
   lfirst=$(read_time "$mnt/tensors/big/data")
   lcpu=$(awk -v a="$c0" -v b="$(delay_cpu)" 'BEGIN { printf "%.2f", b - a }')
   unmount_ztfs
   row "raw $remote_size component of an http:// URL, $lat_label, 1 MiB reads, first read$([ -z "${delay_pid:-}" ] || echo " (the delay line used $lcpu s of CPU during it)")" "single-stream curl of the whole object ($(mbps "$robject" "$lcurl") MiB/s)" "$(mbps "$rbytes" "$lfirst") MiB/s" "$(speed_ratio "$rbytes" "$lfirst" "$robject" "$lcurl")x" ">= 2x"
-  bin/ztfs mount --remote-requests 1 "$lbase/raw.zt" "$mnt"
+  bin/ztfs mount --no-cache-dir --remote-requests 1 "$lbase/raw.zt" "$mnt"
   lone=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "the same with --remote-requests 1" "the same" "$(mbps "$rbytes" "$lone") MiB/s" "$(speed_ratio "$rbytes" "$lone" "$robject" "$lcurl")x" "-"
   lzcurl=$(curl_time "$lbase/zstd.zt")
-  bin/ztfs mount "$lbase/zstd.zt" "$mnt"
+  bin/ztfs mount --no-cache-dir "$lbase/zstd.zt" "$mnt"
   lzfirst=$(read_time "$mnt/tensors/big/data")
   unmount_ztfs
   row "zstd $remote_size component of an http:// URL ($(ratio "$rbytes" "$zobject"):1), $((2 * lat_delay)) ms round trip added, first read" "the time of single-stream curl of the whole object ($(mbps "$zobject" "$lzcurl") MiB/s of stored bytes)" "$(mbps "$rbytes" "$lzfirst") MiB/s" "$(ratio "$lzcurl" "$lzfirst")x the speed" "-"
   latency_down
   rm -rf "$www"
 fi # remote
+
+if want warm; then
+  # ztfs warm against parallel curl range streams over the link of
+  # latency_up: a WARM_SIZE object (nginx's page cache warm), fetched by N
+  # curl processes each asking for one Nth of it with one range request,
+  # and by ztfs warm --jobs N into an empty cache directory (its blocks
+  # written to the page cache as they come, and synced before the next
+  # run); three runs of each, alternating, and their medians.
+  ensure_packages nginx curl iproute2
+  warm_size=${WARM_SIZE:-512MiB}
+  wroot=$work/warm-www
+  mkdir -p "$wroot"
+  bin/ztgen raw "$wroot/object.zt" "$warm_size"
+  wobject=$(stat -c %s "$wroot/object.zt")
+  cat "$wroot/object.zt" >/dev/null
+  latency_up "$wroot" object.zt
+  # parallel_curl N prints the seconds N curl range streams take to fetch
+  # the object, one Nth each.
+  parallel_curl() {
+    local n=$1 t i from to p pids=()
+    t=$(now)
+    for ((i = 0; i < n; i++)); do
+      from=$((wobject * i / n))
+      to=$((wobject * (i + 1) / n - 1))
+      curl -sf -o /dev/null -r "$from-$to" "$lbase/object.zt" &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || { echo "FAIL: curl of $lbase/object.zt" >&2; exit 1; }; done
+    elapsed "$t"
+  }
+  # warm_once N prints the seconds ztfs warm --jobs N takes to fetch the
+  # object into an empty cache directory.
+  warm_once() {
+    local t
+    rm -rf "$work/wcache"
+    settle
+    t=$(now)
+    bin/ztfs warm --cache-dir "$work/wcache" --jobs "$1" "$lbase/object.zt" >/dev/null
+    elapsed "$t"
+  }
+  median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+  parallel_curl 4 >/dev/null # one warm-up of nginx and the link
+  for jobs in 1 ${WARM_JOBS:-4 8}; do
+    tcs=() tws=()
+    for rep in 1 2 3; do
+      tcs+=("$(parallel_curl "$jobs")")
+      tws+=("$(warm_once "$jobs")")
+    done
+    tc=$(median3 "${tcs[@]}")
+    tw=$(median3 "${tws[@]}")
+    row "ztfs warm --jobs $jobs of a $warm_size object over http://, $lat_label, into an empty cache directory (medians of 3 alternating runs: curl ${tcs[*]} s, warm ${tws[*]} s)" "$jobs parallel curl range stream(s) of the object, one Nth each ($(mbps "$wobject" "$tc") MiB/s)" "$(mbps "$wobject" "$tw") MiB/s" "$(ratio "$tc" "$tw")x" ">= 0.8x"
+  done
+  rm -rf "$work/wcache"
+  latency_down
+  rm -rf "$wroot"
+fi # warm
 
 printf '\nztfs %s (commit %s%s), Linux %s, %d cores, %s, as %s (uid %d), sections: %s\n' "$(bin/ztfs --version | cut -d' ' -f2)" "$(git rev-parse --short HEAD)" "$(git diff --quiet HEAD || echo ', with changes')" "$(uname -r)" "$(nproc)" "$(date -u +%Y-%m-%dT%H:%MZ)" "$(id -un)" "$(id -u)" "$sections"
 printf 'kernel read-ahead: ztfs %s KiB, squashfuse %s KiB, FUSE ceiling %s KiB; one run, every row\n\n' "$ztfs_ra" "$sq_ra" "$ceiling_ra"

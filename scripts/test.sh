@@ -4,7 +4,7 @@
 # packages, a short run of every fuzz target, and the demo.
 # Usage: scripts/test.sh   (installs fuse3, jq, python3-numpy, python3-cbor2,
 #        python3-xxhash, python3-zstandard, libaec-tools, gcc, procps, attr,
-#        nginx and util-linux if missing, versitygw with go install, node and
+#        nginx, util-linux and prometheus if missing, versitygw with go install, node and
 #        npm if missing and @huggingface/hub with npm; needs the Go of go.mod's
 #        go line)
 # FUZZTIME=10s sets the time per fuzz target.
@@ -15,8 +15,9 @@ ensure_go
 # nginx: the HTTP(S) server the remote source's tests start on 127.0.0.1;
 # util-linux: unshare, for the DNS of a test's own (testenv.WithoutDNS) and the
 # pods' mount namespaces of the CSI plugin's tests; setpriv, for their reads as
-# another user.
-ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx util-linux
+# another user; prometheus: the server that scrapes a mount's metrics in a test,
+# and promtool, which checks their exposition.
+ensure_packages fuse3 jq python3-numpy python3-cbor2 python3-xxhash python3-zstandard libaec-tools gcc procps attr nginx util-linux prometheus
 # versitygw: the S3 server the s3:// source's tests start on 127.0.0.1.
 ensure_versitygw
 # @huggingface/hub (the version testdata/hf/js/package.json pins): the Hub's
@@ -45,6 +46,9 @@ section go test
 export ZTFS_REQUIRE_ALL=1
 report=$(mktemp -d)
 trap 'rm -rf "$report"' EXIT
+# Blocks of remote sources go to a directory of the run's, never to the
+# machine's /var/cache/ztfs (or ~/.cache/ztfs), whatever a test runs.
+export ZTFS_CACHE_DIR=$report/cache
 go build -o "$report/testreport" ./scripts/testreport
 go test -count=1 -json ./... | "$report/testreport"
 

@@ -32,7 +32,9 @@ root, e.g. manifest.json or tensors/layer1.weight/tensor.npy.`,
 				return withCode(exitUsage, err)
 			}
 			opts := session.Options{CacheSize: int64(cache.size), Verify: mode, NPYFloat16: npyDType.half()}
-			source.apply(&opts)
+			if err := source.apply(&opts); err != nil {
+				return usageError(cmd, err.Error())
+			}
 			shards.apply(&opts)
 			return runCat(args[0], args[1], opts, os.Stdout)
 		},

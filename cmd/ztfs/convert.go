@@ -87,7 +87,9 @@ func runConvert(source, dest string, f convertFlags, stdout, stderr io.Writer, s
 		return withCode(exitError, err)
 	}
 	so := session.Options{CacheSize: int64(f.cache.size)}
-	f.source.apply(&so)
+	if err := f.source.apply(&so); err != nil {
+		return withCode(exitUsage, fmt.Errorf("convert: %w", err))
+	}
 	s, err := session.Open(source, so)
 	if err != nil {
 		return withCode(exitError, err)

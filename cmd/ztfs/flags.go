@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,41 +180,118 @@ func (f *verifyFlags) mode() (pipeline.VerifyMode, error) {
 	return pipeline.VerifyDefault, nil
 }
 
-// sourceFlags is --follow-symlinks, --retry-for, --remote-requests,
-// --cache-dir and --cache-dir-size, for every command that opens a SOURCE.
+// sourceFlags is --follow-symlinks, --retry-for, --remote-requests and
+// the cache directory's flags, for every command that opens a SOURCE.
 type sourceFlags struct {
 	followSymlinks bool
 	retryFor       time.Duration
 	requests       countFlag
-	cacheDir       string
-	cacheDirSize   sizeFlag
+	cacheDir       cacheDirFlags
 }
-
-// defaultCacheDirSize bounds --cache-dir when --cache-dir-size is not
-// given: a few models' worth of blocks.
-const defaultCacheDirSize = 10 << 30
 
 func (f *sourceFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.followSymlinks, "follow-symlinks", false, "let a model folder's symlinks lead outside the folder and its Hugging Face cache repository")
-	fl.DurationVar(&f.retryFor, "retry-for", 60*time.Second, "how long a read of a remote source (http(s), s3, hf) retries server errors, resets and timeouts before it fails (EIO)")
+	registerRetryFor(fl, &f.retryFor)
 	f.requests = 8
 	fl.Var(&f.requests, "remote-requests", "range requests to a remote source (http(s), s3, hf) in flight at once, reads' and read-ahead's together")
-	fl.StringVar(&f.cacheDir, "cache-dir", "", "keep the blocks read from remote sources (http(s), s3, hf) in `DIR` too, across mounts (checked when read back)")
-	f.cacheDirSize = defaultCacheDirSize
-	fl.Var(&f.cacheDirSize, "cache-dir-size", "bound of --cache-dir: the least recently used blocks are removed beyond it, e.g. 20GiB")
+	f.cacheDir.register(fl)
 }
 
-// apply sets the session options the flags choose.
-func (f *sourceFlags) apply(o *session.Options) {
+// registerRetryFor registers --retry-for.
+func registerRetryFor(fl *pflag.FlagSet, d *time.Duration) {
+	fl.DurationVar(d, "retry-for", 60*time.Second, "how long a read of a remote source (http(s), s3, hf) retries server errors, resets and timeouts before it fails (EIO)")
+}
+
+// apply sets the session options the flags choose; its error is a
+// command-line error.
+func (f *sourceFlags) apply(o *session.Options) error {
 	o.FollowSymlinks = f.followSymlinks
 	o.Remote.RetryFor = f.retryFor
 	o.Remote.Parallel = int(f.requests)
-	o.CacheDir = f.cacheDir
-	o.CacheDirSize = int64(f.cacheDirSize)
+	if err := f.cacheDir.apply(o); err != nil {
+		return err
+	}
 	// The Hub's endpoint, token and local cache, as its own clients find
 	// them; a caller with the token from elsewhere sets o.HF.Token after.
 	hf := source.HFOptionsFromEnv(os.Getenv)
 	o.HF.Endpoint, o.HF.Token, o.HF.HubCache = hf.Endpoint, hf.Token, hf.HubCache
+	return nil
+}
+
+// cacheDirFlags is --cache-dir, --cache-dir-size and --no-cache-dir: where
+// the blocks of remote sources are kept on disk, for every command that
+// reads a remote source (and warm, which fills it).
+type cacheDirFlags struct {
+	dir  string
+	size sizeFlag
+	off  bool
+}
+
+// defaultCacheDirSize bounds the cache directory when --cache-dir-size is
+// not given: a few models' worth of blocks.
+const defaultCacheDirSize = 10 << 30
+
+// CacheDirVar is the environment variable that names the cache directory
+// when --cache-dir does not.
+const CacheDirVar = "ZTFS_CACHE_DIR"
+
+func (f *cacheDirFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.dir, "cache-dir", "", "keep the blocks read from remote sources (http(s), s3, hf) in `DIR`, across mounts and processes (checked when read back; default $"+CacheDirVar+", else /var/cache/ztfs for root, else $XDG_CACHE_HOME/ztfs or ~/.cache/ztfs)")
+	f.size = defaultCacheDirSize
+	fl.Var(&f.size, "cache-dir-size", "bound of the cache directory, for every process that uses it: the least recently used blocks are removed beyond it, e.g. 20GiB")
+	fl.BoolVar(&f.off, "no-cache-dir", false, "keep no block of remote sources on disk")
+}
+
+// resolve returns the cache directory the flags and the environment choose
+// ("" for none), and whether the user named it (--cache-dir or
+// $ZTFS_CACHE_DIR) rather than it being the default.
+func (f *cacheDirFlags) resolve() (dir string, named bool, err error) {
+	switch {
+	case f.off && f.dir != "":
+		return "", false, errors.New("--cache-dir and --no-cache-dir exclude each other")
+	case f.off:
+		return "", false, nil
+	case f.dir != "":
+		return f.dir, true, nil
+	}
+	if d := os.Getenv(CacheDirVar); d != "" {
+		return d, true, nil
+	}
+	return defaultCacheDir(), false, nil
+}
+
+// defaultCacheDir is the cache directory of remote sources when neither
+// --cache-dir nor $ZTFS_CACHE_DIR names one: /var/cache/ztfs for root,
+// else $XDG_CACHE_HOME/ztfs, else ~/.cache/ztfs ("" without a home).
+func defaultCacheDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/cache/ztfs"
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "ztfs")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "ztfs")
+}
+
+// apply sets the session's cache directory.
+func (f *cacheDirFlags) apply(o *session.Options) error {
+	dir, named, err := f.resolve()
+	if err != nil {
+		return err
+	}
+	o.CacheDir, o.CacheDirSize = dir, int64(f.size)
+	// The default directory is a convenience: where it cannot be made, a
+	// remote source is read without it (logged) rather than refused. A
+	// named one with no positive bound fails the open (OpenDiskCache).
+	o.CacheDirOptional = !named
+	if !named && f.size <= 0 {
+		o.CacheDir = ""
+	}
+	return nil
 }
 
 // shardFlags is --safetensors-shard-size, for the commands that show the

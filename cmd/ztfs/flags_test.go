@@ -83,7 +83,7 @@ func TestSharedFlags(t *testing.T) {
 	// The walk must have found the groups' flags, or it checked nothing.
 	sort.Strings(shared)
 	got := strings.Join(shared, " ")
-	if want := "cache-dir cache-dir-size cache-size follow-symlinks no-verify npy-dtype remote-requests retry-for safetensors-shard-size verify"; got != want {
+	if want := "cache-dir cache-dir-size cache-size follow-symlinks no-cache-dir no-verify npy-dtype remote-requests retry-for safetensors-shard-size verify"; got != want {
 		t.Errorf("flags shared by several commands: %s, want %s", got, want)
 	}
 }

@@ -27,6 +27,10 @@ func TestHelperArgs(t *testing.T) {
 			[]string{"ztfs", "mount", "--read-ahead=1MiB", "--no-passthrough", src, "/mnt"}},
 		{[]string{"/sbin/mount.fuse.ztfs", "https://h/m.zt", "/mnt", "-o", "rw,cache_dir=/var/cache/ztfs,cache_dir_size=20GiB,remote_requests=4"},
 			[]string{"/sbin/mount.fuse.ztfs", "mount", "--cache-dir=/var/cache/ztfs", "--cache-dir-size=20GiB", "--remote-requests=4", "-o", "rw", "--", "https://h/m.zt", "/mnt"}},
+		{[]string{"mount.fuse.ztfs", "s3://b/m/", "/mnt", "-o", "ro,metrics_addr=127.0.0.1:9400,no_cache_dir"},
+			[]string{"mount.fuse.ztfs", "mount", "--metrics-addr=127.0.0.1:9400", "--no-cache-dir", "-o", "ro", "--", "s3://b/m/", "/mnt"}},
+		{[]string{"ztfs", "mount", "-o", "metrics_addr=unix:/run/ztfs/m.sock", src, "/mnt"},
+			[]string{"ztfs", "mount", "--metrics-addr=unix:/run/ztfs/m.sock", src, "/mnt"}},
 		{[]string{"ztfs", "mount", "-o", "cache_size", src, "/mnt"}, // malformed: parseOptions says so
 			[]string{"ztfs", "mount", "-o", "cache_size", src, "/mnt"}},
 		{[]string{"ztfs", "cat", src, "manifest.json"}, []string{"ztfs", "cat", src, "manifest.json"}},

@@ -36,7 +36,9 @@ stored bytes) and exit with status 1 if one does not match.`,
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := session.Options{CacheSize: 64 << 20, NPYFloat16: npyDType.half()}
-			source.apply(&opts)
+			if err := source.apply(&opts); err != nil {
+				return usageError(cmd, err.Error())
+			}
 			shards.apply(&opts)
 			return runInspect(args[0], asJSON, verify, opts, os.Stdout, os.Stderr)
 		},

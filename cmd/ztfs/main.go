@@ -110,7 +110,7 @@ Formats:
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("ztfs {{.Version}}\n")
-	root.AddCommand(newMountCommand(), newUnmountCommand(), newStatusCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand(), newCSICommand())
+	root.AddCommand(newMountCommand(), newUnmountCommand(), newStatusCommand(), newInspectCommand(), newCatCommand(), newVerifyCommand(), newConvertCommand(), newWarmCommand(), newCSICommand())
 	root.AddCommand(newManCommand(root))
 	completeCommands(root)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

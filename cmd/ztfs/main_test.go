@@ -31,6 +31,10 @@ func TestMain(m *testing.M) {
 	// Background servers log and publish their state here, not in /var/log.
 	os.Setenv("ZTFS_LOG_DIR", filepath.Join(dir, "log"))
 	os.Setenv("ZTFS_STATE_DIR", filepath.Join(dir, "state"))
+	// Blocks of remote sources go to a directory of the tests' own, never
+	// to /var/cache/ztfs: every command uses the default cache directory
+	// rule, which takes $ZTFS_CACHE_DIR first.
+	os.Setenv(CacheDirVar, filepath.Join(dir, "cache"))
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building ztfs: %v\n%s", err, out)
 		os.Exit(1)
@@ -76,7 +80,7 @@ func TestVersionAndHelp(t *testing.T) {
 	if r := run(t, "--version"); r.code != 0 || r.stdout != "ztfs "+version+"\n" {
 		t.Errorf("--version: %+v", r)
 	}
-	for _, cmd := range []string{"mount", "unmount", "status", "inspect", "cat", "verify", "convert"} {
+	for _, cmd := range []string{"mount", "unmount", "status", "inspect", "cat", "verify", "convert", "warm"} {
 		r := run(t, cmd, "--help")
 		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") || !strings.Contains(r.stdout, "ztfs "+cmd) {
 			t.Errorf("%s --help: %+v", cmd, r)
@@ -136,7 +140,9 @@ func TestUsageLines(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"mount", "only-one-arg"}, {"inspect"}, {"cat", "a"}, {"frobnicate"}, {"mount", "--cache-size", "lots", "a", "b"}, {"mount", "-o", "bogus", "a", t.TempDir()},
-		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"}} {
+		{"verify"}, {"verify", "a", "b"}, {"verify", "--npy-dtype", "f8", "a"}, {"verify", "--cache-size", "lots", "a"},
+		{"mount", "--metrics-addr", "9400", "a", t.TempDir()}, {"mount", "--metrics-addr", "unix:", "a", t.TempDir()},
+		{"mount", "--cache-dir", "/c", "--no-cache-dir", "a", t.TempDir()}, {"warm", "--jobs", "0", "a"}} {
 		r := run(t, args...)
 		lines := strings.Count(r.stderr, "\n")
 		if r.code != exitUsage || !strings.HasPrefix(r.stderr, "ztfs: ") || lines != 1 && !(lines == 2 && strings.Contains(r.stderr, "\nusage: ztfs ")) {
@@ -152,7 +158,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"mount"}, "ztfs: mount: missing SOURCE\nusage: ztfs mount [flags] SOURCE MOUNTPOINT\n"},
 		{[]string{"cat", "a"}, "ztfs: cat: missing PATH\nusage: ztfs cat [flags] SOURCE PATH\n"},
 		{[]string{"unmount"}, "ztfs: unmount: missing MOUNTPOINT\nusage: ztfs unmount [-z] MOUNTPOINT...\n"},
-		{[]string{"status", "x"}, "ztfs: status: unexpected argument \"x\"\nusage: ztfs status [--json]\n"},
+		{[]string{"status", "x"}, "ztfs: status: unexpected argument \"x\"\nusage: ztfs status [--json] [--wide]\n"},
+		{[]string{"warm"}, "ztfs: warm: missing SOURCE\nusage: ztfs warm [--cache-dir DIR] [--jobs N] [flags] SOURCE [GLOB...]\n"},
 		{[]string{"inspect"}, "ztfs: inspect: missing SOURCE\nusage: ztfs inspect [--json] [--verify] [flags] SOURCE\n"},
 	} {
 		if r := run(t, tc.args...); r.code != exitUsage || r.stderr != tc.want {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/fs"
+	"github.com/ztfs/ztfs/internal/metrics"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/secrets"
 	"github.com/ztfs/ztfs/internal/session"
@@ -45,6 +46,7 @@ type mountFlags struct {
 	source        sourceFlags
 	shards        shardFlags
 	noPassthrough bool
+	metricsAddr   string
 	// cpuProfile and trace, hidden, record the server for go tool pprof
 	// and go tool trace until it stops (scripts/bench.sh PROFILE=1).
 	cpuProfile, trace string
@@ -102,6 +104,7 @@ mount -t fuse.ztfs and /etc/fstab.`,
 	f.source.register(fl)
 	f.shards.register(fl)
 	fl.BoolVar(&f.noPassthrough, "no-passthrough", false, "serve whole source files (a checkpoint's safetensors shards) through the server rather than with FUSE passthrough")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at /metrics on `ADDR`: HOST:PORT, or unix:PATH for a unix socket (off by default; docs/operations.md)")
 	fl.IntVar(&f.readyFd, "ready-fd", -1, "")
 	_ = fl.MarkHidden("ready-fd")
 	fl.IntVar(&f.secretsFd, "secrets-fd", -1, "")
@@ -120,6 +123,14 @@ func runMount(cmd *cobra.Command, source, mountpoint string, f mountFlags) error
 	}
 	if _, err := f.check.mode(); err != nil {
 		return withCode(exitUsage, err)
+	}
+	if _, _, err := f.source.cacheDir.resolve(); err != nil {
+		return withCode(exitUsage, err)
+	}
+	if f.metricsAddr != "" {
+		if err := metrics.CheckAddr(f.metricsAddr); err != nil {
+			return withCode(exitUsage, fmt.Errorf("--metrics-addr: %w", err))
+		}
 	}
 	if f.debug {
 		f.foreground = true
@@ -206,8 +217,18 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 	verify, _ := f.check.mode()
 	so := session.Options{CacheSize: int64(f.cache.size), Verify: verify, NPYFloat16: f.npyDType.half(),
 		Logf: func(format string, args ...any) { logf(format, args...) }, Guard: true}
-	f.source.apply(&so)
+	if err := f.source.apply(&so); err != nil {
+		return err
+	}
 	f.shards.apply(&so)
+	// The metrics count from the open on; without --metrics-addr only the
+	// read errors are tallied, for ztfs status.
+	var m *metrics.Mount
+	if f.metricsAddr != "" {
+		m = metrics.New(metrics.Options{Version: version})
+		so.Observers, so.Decoded = m.Observers(), m.Decoded
+	}
+	reads := metrics.NewReads(m)
 	applySecrets(&so, secret)
 	// The open's retries are told to the user waiting for the mount.
 	so.Remote.Notef = notify
@@ -218,6 +239,16 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 	defer s.Close()
 	for _, w := range s.Container.Warnings {
 		notify(session.Name(source) + ": warning: " + w)
+	}
+	if s.DiskError != nil {
+		notify(fmt.Sprintf("warning: %v: blocks of remote sources are not kept on disk (--cache-dir DIR names another directory; --no-cache-dir turns this off)", s.DiskError))
+	}
+	if m != nil {
+		m.WatchCache(s.Cache)
+		if s.Disk != nil {
+			m.WatchDisk(s.Disk)
+		}
+		s.OnChange(func(error) { m.SourceChanged() })
 	}
 	for _, h := range session.Hints(source) {
 		notify("hint: " + h)
@@ -253,6 +284,14 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 				count(len(removed), "log file"), filepath.Dir(logPath), int(maxLogAge.Hours()/24), maxLogFiles)
 		}
 	}
+	var srv *metrics.Server
+	if m != nil {
+		if srv, err = metrics.Listen(f.metricsAddr, m.Registry(), logf); err != nil {
+			return err
+		}
+		defer srv.Close()
+		logf("metrics at %s/metrics", srv.Addr())
+	}
 	cgroupLimit := containerMemoryLimit()
 	if limit := boundMemory(int64(f.cache.size), cgroupLimit); cgroupLimit > 0 {
 		logf("memory: cgroup limit %s, cache %s, Go memory limit %s", units.BytesSize(float64(cgroupLimit)),
@@ -286,7 +325,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 		server, err = fs.Mount(mountpoint, s.Tree,
 			fs.Options{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Mtime: s.ModTime(),
 				Check: s.Check, CheckNow: s.CheckOpen, OnChange: s.OnChange, Logf: logf, Passthrough: !f.noPassthrough,
-				OnGone: s.CloseRemote},
+				OnGone: s.CloseRemote, Reads: reads},
 			fs.MountOptions{FsName: abs, AllowOther: opts.allowOther, Debug: f.debug, DebugLog: debugLog,
 				ReadAhead: int64(f.readAhead), Logf: logf})
 		return err
@@ -299,7 +338,11 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 		notify("logging to " + logPath)
 	}
 	logf("ztfs %s: mounted %s at %s", version, session.Name(source), mountpoint)
-	stop := publishState(s, abs, mountpoint, logPath, logf)
+	metricsAt := ""
+	if srv != nil {
+		metricsAt = srv.Addr()
+	}
+	stop := publishState(s, reads, abs, mountpoint, logPath, metricsAt, logf)
 	defer stop()
 	if s.Unguarded != nil {
 		logf("%s: %v; raw components are copied rather than spliced, and every read of the file is checked for changes", session.Name(source), s.Unguarded)
@@ -610,14 +653,34 @@ func isEmptyDir(dir string) bool {
 const stateInterval = 5 * time.Second
 
 // publishState keeps the mount's state file current until the returned
-// function is called, which removes it.
-func publishState(s *session.Session, source, mountpoint, logPath string, logf func(string, ...any)) func() {
+// function is called, which removes it: every stateInterval, and within a
+// second of a read that fails.
+func publishState(s *session.Session, reads *metrics.Reads, source, mountpoint, logPath, metricsAddr string, logf func(string, ...any)) func() {
 	path := statePath(mountpoint)
 	var mu sync.Mutex
-	st := mountState{Source: session.Name(source), Mountpoint: resolvePath(mountpoint), PID: os.Getpid(), LogFile: logPath, State: stateServing}
+	st := mountState{Source: session.Name(source), Mountpoint: resolvePath(mountpoint), PID: os.Getpid(), LogFile: logPath,
+		State: stateServing, MetricsAddr: metricsAddr}
+	if s.Disk != nil {
+		st.DiskCacheDir, st.DiskCacheSize = s.Disk.Dir(), s.Disk.Limit()
+	}
 	write := func() {
 		stats := s.Cache.Stats()
 		st.CacheUsed, st.CacheSize = stats.Used, stats.Capacity
+		if s.Disk != nil {
+			st.DiskCacheUsed = s.Disk.Used()
+		}
+		n, last, at := reads.Errors()
+		st.ReadErrors, st.LastError = n, last
+		if n > 0 {
+			at := at.UTC()
+			st.LastErrorTime = &at
+		}
+		if st.State != stateChanged {
+			st.State = stateServing
+			if n > 0 && time.Since(at) < failingWindow {
+				st.State = stateFailing
+			}
+		}
 		if err := st.write(path); err != nil {
 			logf("state file: %v", err)
 		}
@@ -645,14 +708,21 @@ func publishState(s *session.Session, source, mountpoint, logPath string, logf f
 		for {
 			select {
 			case <-t.C:
-				mu.Lock()
-				if !closed {
-					write()
+			case <-reads.Failed():
+				// At most once a second however many reads fail.
+				select {
+				case <-time.After(time.Second):
+				case <-done:
+					return
 				}
-				mu.Unlock()
 			case <-done:
 				return
 			}
+			mu.Lock()
+			if !closed {
+				write()
+			}
+			mu.Unlock()
 		}
 	}()
 	return func() {

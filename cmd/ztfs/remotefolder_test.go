@@ -9,6 +9,21 @@ import (
 	"github.com/ztfs/ztfs/internal/testenv"
 )
 
+// s3Env points the commands at the S3 server srv, reached at endpoint,
+// with its credentials and nothing else of the environment's or the
+// user's AWS configuration.
+func s3Env(t *testing.T, srv *testenv.S3Server, endpoint string) {
+	t.Helper()
+	none := filepath.Join(t.TempDir(), "none")
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey, "AWS_SESSION_TOKEN": "",
+		"AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": "", "AWS_REGION": "", "AWS_DEFAULT_REGION": "",
+		"AWS_PROFILE": "", "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none, "AWS_EC2_METADATA_DISABLED": "true",
+	} {
+		t.Setenv(k, v)
+	}
+}
+
 // A checkpoint folder mounts from an S3 prefix and by its index over
 // HTTP: the files are the folder's, byte for byte, inspect calls it a
 // model folder, and an empty prefix is one line naming it, exit status 1.
@@ -17,14 +32,7 @@ func TestRemoteFolderCommands(t *testing.T) {
 	testenv.RequireFUSE(t)
 	dir := makeCheckpoint(t, "--shard-size", "60000")
 	srv := testenv.StartS3(t, filepath.Dir(dir))
-	none := filepath.Join(t.TempDir(), "none")
-	for k, v := range map[string]string{
-		"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey, "AWS_SESSION_TOKEN": "",
-		"AWS_ENDPOINT_URL": srv.Endpoint, "AWS_ENDPOINT_URL_S3": "", "AWS_REGION": "", "AWS_DEFAULT_REGION": "",
-		"AWS_PROFILE": "", "AWS_CONFIG_FILE": none, "AWS_SHARED_CREDENTIALS_FILE": none, "AWS_EC2_METADATA_DISABLED": "true",
-	} {
-		t.Setenv(k, v)
-	}
+	s3Env(t, srv, srv.Endpoint)
 	base, _ := testenv.StartNginx(t, filepath.Dir(dir), false)
 	entries, err := os.ReadDir(dir)
 	if err != nil {

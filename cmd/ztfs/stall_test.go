@@ -26,7 +26,8 @@ import (
 // here, byte by byte, of float32 tensors of random values, and its
 // conversion to a zstd zTensor v2 file, whose tensors the mount decodes
 // through its block cache. values holds each tensor's bytes: what its
-// data file must show.
+// data file must show. Its mounts keep no block on disk (--no-cache-dir):
+// the tensors the tests leave uncached must wait on the server.
 type stallModel struct {
 	dir    string // holds model.zt
 	names  []string
@@ -189,7 +190,7 @@ func TestStalledServerHTTP(t *testing.T) {
 	base, _ := testenv.StartNginx(t, m.dir, false)
 	proxy := testenv.StartFaultProxy(t, base)
 	logPath := filepath.Join(t.TempDir(), "log")
-	mnt := mountBackground(t, "--retry-for", stallRetryFor.String(), "--log-file", logPath, proxy.URL(base)+"/model.zt")
+	mnt := mountBackground(t, "--no-cache-dir", "--retry-for", stallRetryFor.String(), "--log-file", logPath, proxy.URL(base)+"/model.zt")
 	checkStalledReads(t, m, mnt, logPath, proxy)
 	if r := run(t, "unmount", mnt); r.code != 0 {
 		t.Errorf("unmount: %+v", r)
@@ -204,7 +205,7 @@ func TestStalledServerS3(t *testing.T) {
 	proxy := testenv.StartFaultProxy(t, srv.Endpoint)
 	logPath := filepath.Join(t.TempDir(), "log")
 	mnt := t.TempDir()
-	cmd := exec.Command(binary, "mount", "--retry-for", stallRetryFor.String(), "--log-file", logPath, srv.URL("model.zt"), mnt)
+	cmd := exec.Command(binary, "mount", "--no-cache-dir", "--retry-for", stallRetryFor.String(), "--log-file", logPath, srv.URL("model.zt"), mnt)
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+proxy.URL(srv.Endpoint), "AWS_ACCESS_KEY_ID="+srv.AccessKey,
 		"AWS_SECRET_ACCESS_KEY="+srv.SecretKey, "AWS_REGION="+srv.Region)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -258,7 +259,7 @@ func stalledMount(t *testing.T, m *stallModel, foreground bool) (mnt string, ser
 	proxy := testenv.StartFaultProxy(t, base)
 	mnt = t.TempDir()
 	logPath := filepath.Join(t.TempDir(), "log")
-	args := []string{"mount", "--retry-for", "10m", "--log-file", logPath, proxy.URL(base) + "/model.zt", mnt}
+	args := []string{"mount", "--no-cache-dir", "--retry-for", "10m", "--log-file", logPath, proxy.URL(base) + "/model.zt", mnt}
 	if foreground {
 		server = exec.Command(binary, append([]string{"mount", "-f"}, args[1:]...)...)
 		if err := server.Start(); err != nil {

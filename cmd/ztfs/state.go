@@ -87,24 +87,46 @@ func statePath(mountpoint string) string {
 	return filepath.Join(stateDir(), stateFileName(mountpoint)+".json")
 }
 
-// mountState is what a server publishes about its mount.
+// mountState is what a server publishes about its mount, and what
+// status --json prints: every field, always.
 type mountState struct {
-	Source     string    `json:"source"`
-	Mountpoint string    `json:"mountpoint"`
-	PID        int       `json:"pid"`
-	LogFile    string    `json:"log_file,omitempty"`
-	CacheUsed  int64     `json:"cache_used"`
-	CacheSize  int64     `json:"cache_size"`
-	State      string    `json:"state"`
-	Reason     string    `json:"reason,omitempty"`
-	Updated    time.Time `json:"updated"`
+	Source     string `json:"source"`
+	Mountpoint string `json:"mountpoint"`
+	PID        int    `json:"pid"`
+	LogFile    string `json:"log_file"`
+	// CacheUsed and CacheSize are the block cache's (memory).
+	CacheUsed int64  `json:"cache_used"`
+	CacheSize int64  `json:"cache_size"`
+	State     string `json:"state"`
+	Reason    string `json:"reason"`
+	// ReadErrors counts the reads answered with EIO; LastError is the
+	// last one's reason (naming the file), at LastErrorTime.
+	ReadErrors    int64      `json:"read_errors"`
+	LastError     string     `json:"last_error"`
+	LastErrorTime *time.Time `json:"last_error_time"`
+	// DiskCacheDir is the cache directory of the mount's remote sources
+	// ("" without one), DiskCacheUsed the bytes of blocks in it (of every
+	// process that uses it) and DiskCacheSize its bound.
+	DiskCacheDir  string `json:"disk_cache_dir"`
+	DiskCacheUsed int64  `json:"disk_cache_used"`
+	DiskCacheSize int64  `json:"disk_cache_size"`
+	// MetricsAddr is where the server serves /metrics ("" for nowhere).
+	MetricsAddr string    `json:"metrics_addr"`
+	Updated     time.Time `json:"updated"`
 }
 
 // States a mount can be in.
 const (
 	stateServing = "serving"
 	stateChanged = "source changed — remount"
+	// stateFailing is a mount a read of which failed in the last
+	// failingWindow: not serving all it shows.
+	stateFailing = "reads failing"
 )
+
+// failingWindow is how long after a read failed the mount is said to be
+// failing.
+const failingWindow = time.Minute
 
 // write replaces the state file at path atomically.
 func (s *mountState) write(path string) error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ztfs/ztfs/internal/testenv"
 )
@@ -71,7 +72,7 @@ func TestDefaultLogAndStatus(t *testing.T) {
 	if st == nil || st.State != stateServing || st.Source != source || st.PID != serverPID(t, mnt) || st.LogFile != logPath || st.CacheSize != fitCache(defaultCacheSize, containerMemoryLimit()) {
 		t.Fatalf("status: %+v", st)
 	}
-	if text := run(t, "status"); !strings.Contains(text.stdout, resolvePath(mnt)) || !strings.Contains(text.stdout, "serving") {
+	if text := run(t, "status", "--wide"); !strings.Contains(text.stdout, resolvePath(mnt)) || !strings.Contains(text.stdout, "serving") {
 		t.Errorf("status: %+v", text)
 	}
 
@@ -215,5 +216,81 @@ func TestPruneLogs(t *testing.T) {
 	}
 	if left[old] || !left[mounted] || !left[other] || !left[notLog] {
 		t.Errorf("old.log kept %v, mounted.log %v, syslog.log %v, tmp-x.txt %v; want false, true, true, true", left[old], left[mounted], left[other], left[notLog])
+	}
+}
+
+// A mount whose source is gone (its server refuses connections) is not
+// serving: status shows "reads failing", how many reads failed, and the
+// last error with its time, naming the file; in 80 columns, and whole with
+// --wide and --json.
+func TestStatusSourceGone(t *testing.T) {
+	testenv.RequireFUSE(t)
+	dir := t.TempDir()
+	writeMetricsModel(t, filepath.Join(dir, "model.zt"))
+	base, _ := testenv.StartNginx(t, dir, false)
+	proxy := testenv.StartFaultProxy(t, base)
+	mnt := mountBackground(t, "--no-cache-dir", "--retry-for", "2s", proxy.URL(base)+"/model.zt")
+	if st := statusOf(t, mnt); st == nil || st.State != stateServing || st.ReadErrors != 0 || st.LastError != "" || st.LastErrorTime != nil {
+		t.Fatalf("status before: %+v", st)
+	}
+	proxy.Set(testenv.Fault{Mode: testenv.Refuse})
+	if _, err := os.ReadFile(filepath.Join(mnt, "tensors/big/data")); err == nil {
+		t.Fatal("a read of a source that is gone succeeded")
+	}
+	var st *mountState
+	waitFor(t, "status to show the failed reads", func() bool {
+		st = statusOf(t, mnt)
+		return st != nil && st.ReadErrors > 0
+	})
+	if st.State != stateFailing || !strings.Contains(st.LastError, "tensors/big/data") || st.LastErrorTime == nil || time.Since(*st.LastErrorTime) > time.Minute {
+		t.Errorf("status of a mount whose source is gone: %+v", st)
+	}
+	text := run(t, "status").stdout
+	if !strings.Contains(text, stateFailing) || !strings.Contains(text, "  last error ") {
+		t.Errorf("status:\n%s", text)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+		if n := utf8.RuneCountInString(l); n > statusWidth {
+			t.Errorf("a line of %d columns: %q", n, l)
+		}
+	}
+	if wide := run(t, "status", "--wide").stdout; !strings.Contains(wide, st.LastError) || !strings.Contains(wide, st.Source) {
+		t.Errorf("status --wide does not show the error and the source whole:\n%s", wide)
+	}
+	proxy.Set(testenv.Fault{Mode: testenv.Pass})
+	if r := run(t, "unmount", mnt); r.code != 0 {
+		t.Errorf("unmount: %+v", r)
+	}
+}
+
+// The table fits 80 columns whatever the lengths: mountpoints and sources
+// cut in the middle, an error line cut at the end; --wide cuts nothing.
+func TestStatusTable(t *testing.T) {
+	at := time.Date(2026, 12, 6, 14, 2, 11, 0, time.UTC)
+	states := []mountState{
+		{Source: "https://example.org/models/" + strings.Repeat("very-long-name-", 6) + "model.safetensors",
+			Mountpoint: "/mnt/" + strings.Repeat("deep/", 12) + "m", PID: 42, CacheUsed: 412 << 20, CacheSize: 512 << 20,
+			State: stateFailing, ReadErrors: 16, LastError: "tensors/w/data: " + strings.Repeat("a long reason ", 10), LastErrorTime: &at,
+			DiskCacheDir: "/var/cache/ztfs", DiskCacheUsed: 9_600 << 20, DiskCacheSize: 10 << 30},
+		{Source: "s3://b/m/", Mountpoint: "/mnt/x", PID: 7, State: stateServing, CacheSize: 512 << 20},
+		{Source: "/m.zt", Mountpoint: "/mnt/gone", State: "server exited", Reason: "run 'ztfs unmount /mnt/gone'"},
+	}
+	narrow := statusTable(states, false, at.Add(12*time.Second))
+	for _, l := range strings.Split(strings.TrimSuffix(narrow, "\n"), "\n") {
+		if n := utf8.RuneCountInString(l); n > statusWidth {
+			t.Errorf("a line of %d columns: %q", n, l)
+		}
+	}
+	for _, want := range []string{"MOUNTPOINT", "/mnt/dee…p/deep/m", "https://", "reads failing", "16", "412M/512M", "9.4G/10G", "/mnt/x", "s3://b/m/",
+		"0B/512M", "server exited", "  run 'ztfs unmount /mnt/gone'", "(12s ago): tensors/w/data: a long reason"} {
+		if !strings.Contains(narrow, want) {
+			t.Errorf("status lacks %q:\n%s", want, narrow)
+		}
+	}
+	wide := statusTable(states, true, at.Add(12*time.Second))
+	for _, want := range []string{states[0].Source, states[0].Mountpoint, states[0].LastError, "/var/cache/ztfs", "PID", "42"} {
+		if !strings.Contains(wide, want) {
+			t.Errorf("status --wide lacks %q:\n%s", want, wide)
+		}
 	}
 }

@@ -40,7 +40,9 @@ On a terminal, stderr shows a progress bar of the bytes processed. With
 		Args: namedArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := verify.Options{CacheSize: int64(cache.size), NPYFloat16: npyDType.half(), FollowSymlinks: source.followSymlinks}
-			source.apply(&opts.Sources)
+			if err := source.apply(&opts.Sources); err != nil {
+				return usageError(cmd, err.Error())
+			}
 			return runVerify(args[0], asJSON, opts, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stderr.Fd())))
 		},
 	}

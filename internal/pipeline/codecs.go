@@ -119,7 +119,12 @@ func (p *Pipeline) decompress(in Reader, inSize int64, k formats.Decompress, siz
 		return nil, fmt.Errorf("compression %q is not supported", k.Method)
 	}
 	z := compressed{in: in, inSize: inSize, size: size, max: max, step: k}
-	return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) { return newSource(p, z, h) })
+	// Decode time is counted by codec: a seekable zstd stream is zstd.
+	codec := k.Method
+	if codec == formats.MethodZstdSeekable {
+		codec = formats.MethodZstd
+	}
+	return p.blocksOf(string(codec), false, func(h blocks.Cache) (blocks.Source, error) { return newSource(p, z, h) })
 }
 
 // bitmaskCodings are the stages of the bitmask codings

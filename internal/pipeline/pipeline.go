@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"time"
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/formats"
@@ -43,6 +44,12 @@ type Options struct {
 	// digest is a shard's identity (its root names the file by it), so it
 	// is checked by default, once, on first use rather than at open.
 	FileDigests []string
+	// Decoded, if not nil, gives the function told how long each block of
+	// a codec took to make on a block-cache miss (what a reader waited
+	// for), by the codec's name: "zstd", "lz4", "szip", "sparse" and the
+	// dequantizations "blockq", "groupq", "ggml" and "grouped". It is
+	// asked once per stream.
+	Decoded func(codec string) func(time.Duration)
 	// SourceErrors say why source files could not be opened (nil for those
 	// that were); their entries in the sources given to New are nil, and
 	// every component stored in one fails with its error.
@@ -546,23 +553,23 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 		return data, nil
 	case formats.SparseCSR, formats.SparseCOO:
 		// Resolve readers now, under p.mu, rather than from block fills.
-		return p.blocksOf(false, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("sparse", false, func(h blocks.Cache) (blocks.Source, error) {
 			return dense.Sparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity(), h)
 		})
 	case formats.BlockQuantized:
-		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("blockq", true, func(h blocks.Cache) (blocks.Source, error) {
 			return dense.BlockQuantized(l, readers, p.opts.BlockSize, h)
 		})
 	case formats.GroupQuantized:
-		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("groupq", true, func(h blocks.Cache) (blocks.Source, error) {
 			return dense.GroupQuantized(t, l, readers, p.opts.BlockSize, h)
 		})
 	case formats.GGML:
-		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("ggml", true, func(h blocks.Cache) (blocks.Source, error) {
 			return dense.GGML(t, l, readers, p.opts.BlockSize, h)
 		})
 	case formats.AffineQuantized, formats.Microscaled:
-		return p.blocksOf(true, func(h blocks.Cache) (blocks.Source, error) {
+		return p.blocksOf("grouped", true, func(h blocks.Cache) (blocks.Source, error) {
 			return dense.Grouped(t, readers, p.opts.BlockSize, h)
 		})
 	}
@@ -571,17 +578,23 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 
 // blocksOf serves, through the block cache, the blocks of the source
 // newSource makes over a stream of its own; cheap says they are cheap to
-// make again (blocks.NewCheapReader).
-func (p *Pipeline) blocksOf(cheap bool, newSource func(h blocks.Cache) (blocks.Source, error)) (Reader, error) {
+// make again (blocks.NewCheapReader). codec names the stage for
+// Options.Decoded.
+func (p *Pipeline) blocksOf(codec string, cheap bool, newSource func(h blocks.Cache) (blocks.Source, error)) (Reader, error) {
 	h := blocks.NewCache(p.opts.Cache)
 	src, err := newSource(h)
 	if err != nil {
 		return nil, err
 	}
+	newReader := blocks.NewReader
 	if cheap {
-		return blocks.NewCheapReader(h, p.opts.BlockSize, src), nil
+		newReader = blocks.NewCheapReader
 	}
-	return blocks.NewReader(h, p.opts.BlockSize, src), nil
+	r := newReader(h, p.opts.BlockSize, src)
+	if p.opts.Decoded != nil {
+		r.Observe(p.opts.Decoded(codec))
+	}
+	return r, nil
 }
 
 // File returns the bytes of an extra root file.

@@ -1,9 +1,12 @@
 package pipeline
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -91,5 +94,44 @@ func TestZstdContentSizeLimited(t *testing.T) {
 				t.Errorf("allocated %d MiB", n>>20)
 			}
 		})
+	}
+}
+
+// Options.Decoded is asked once per stream, by the codec's name, and told
+// of each block made for a miss; a block read again from the cache is not
+// made again.
+func TestDecodedObserved(t *testing.T) {
+	data := pipelinetest.RandomBytes(3<<20, 9)
+	stored := zstdframetest.Frames(t, data, 1<<20, zstdframetest.Opts{SeekTable: true})
+	var b pipelinetest.FileBuilder
+	off := b.Add(stored)
+	var mu sync.Mutex
+	asked := map[string]int{}
+	made := map[string]int{}
+	p := newTestPipeline(t, b.Open(t), Options{Decoded: func(codec string) func(time.Duration) {
+		mu.Lock()
+		asked[codec]++
+		mu.Unlock()
+		return func(d time.Duration) {
+			mu.Lock()
+			made[codec]++
+			mu.Unlock()
+		}
+	}})
+	r := p.Component(&formats.Tensor{Name: "z"}, zstdComponent("data", formats.U8, off, stored, int64(len(data))))
+	var after []int
+	for range 2 {
+		got, err := pipelinetest.ReadAll(t, r, 1<<20)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read: %v", err)
+		}
+		mu.Lock()
+		after = append(after, made["zstd"])
+		mu.Unlock()
+	}
+	// Blocks decoded ahead of the reader are not made for a miss: between
+	// one and three of the three.
+	if asked["zstd"] != 1 || len(asked) != 1 || after[0] < 1 || after[0] > 3 || after[1] != after[0] {
+		t.Errorf("asked %v, made after each pass %v: want zstd asked once, 1 to 3 blocks made, none again", asked, after)
 	}
 }

@@ -136,3 +136,41 @@ func TestLocateS3(t *testing.T) {
 		}
 	}
 }
+
+// A cache directory that cannot be made fails the open when it was named,
+// and only says why (DiskError, logged) when it is optional (the default
+// directory): the source is read without it.
+func TestCacheDirOptional(t *testing.T) {
+	base, _ := testenv.StartNginx(t, fixtures.Dir(), false)
+	url := base + "/ztensor/v1_1/valid/zstd.zt"
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(file, "cache")
+	if _, err := Open(url, Options{CacheSize: 1 << 20, CacheDir: bad, CacheDirSize: 1 << 30}); err == nil {
+		t.Error("a named cache directory that cannot be made was accepted")
+	}
+	var logged []string
+	s, err := Open(url, Options{CacheSize: 1 << 20, CacheDir: bad, CacheDirSize: 1 << 30, CacheDirOptional: true,
+		Logf: func(f string, a ...any) { logged = append(logged, f) }})
+	if err != nil {
+		t.Fatalf("an optional cache directory that cannot be made failed the open: %v", err)
+	}
+	defer s.Close()
+	if s.Disk != nil || s.DiskError == nil || len(logged) == 0 {
+		t.Errorf("Disk %v, DiskError %v, logged %q", s.Disk, s.DiskError, logged)
+	}
+	if _, err := s.Tree.Lookup("tensors/compressed/data"); err != nil {
+		t.Error(err)
+	}
+	good := t.TempDir()
+	s2, err := Open(url, Options{CacheSize: 1 << 20, CacheDir: good, CacheDirSize: 1 << 30, CacheDirOptional: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s2.Disk == nil || s2.Disk.Dir() != good || s2.DiskError != nil {
+		t.Errorf("with a directory that works: Disk %v, DiskError %v", s2.Disk, s2.DiskError)
+	}
+}

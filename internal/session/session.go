@@ -69,6 +69,16 @@ type Options struct {
 	// across sessions (source.DiskCache), bounded by CacheDirSize bytes.
 	CacheDir     string
 	CacheDirSize int64
+	// CacheDirOptional makes a CacheDir that cannot be opened no error:
+	// the session reads without it, and DiskError says why.
+	CacheDirOptional bool
+	// Observers, if not nil, are told of the requests, bytes and retries
+	// of the sources of each scheme, local files included (a mount's
+	// metrics).
+	Observers source.Observers
+	// Decoded, if not nil, gives the function told how long each block of
+	// a codec took to make (pipeline.Options.Decoded).
+	Decoded func(codec string) func(time.Duration)
 }
 
 // Session is one opened container.
@@ -97,6 +107,11 @@ type Session struct {
 	// folder (its size the weight files' total), or its index or a GGUF
 	// split (its own size); nil otherwise.
 	Origin *tree.SourceInfo
+	// Disk is the on-disk cache of the remote sources (Options.CacheDir),
+	// nil without one.
+	Disk *source.DiskCache
+	// DiskError says why an optional CacheDir is not used, nil if it is.
+	DiskError error
 	// ViewPath says how the root's safetensors weights are made:
 	// "source" (the safetensors files themselves), "computed" (the
 	// safetensors view) or "" (none: Container.Warnings says why).
@@ -104,6 +119,8 @@ type Session struct {
 
 	// src configures the remote sources, by scheme.
 	src source.Options
+	// observers are Options.Observers, for the local files.
+	observers source.Observers
 	// kept are remote sources opened before their turn (a remote folder's
 	// files, classified by their bytes), by their URL without credentials:
 	// openAny takes them rather than opening the object again.
@@ -120,8 +137,11 @@ func (s *Session) Source() source.Source { return s.Sources[0] }
 // listed where its scheme lists folders. Its errors are one line that
 // starts with path (a URL without its credentials: source.Name).
 func Open(path string, opts Options) (*Session, error) {
-	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3, HF: opts.HF}}
+	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3, HF: opts.HF}, observers: opts.Observers}
 	h, s3, hf := &s.src.HTTP, &s.src.S3, &s.src.HF
+	if opts.Observers != nil {
+		h.Observers, s3.Observers, hf.Observers = opts.Observers, opts.Observers, opts.Observers
+	}
 	if h.Logf == nil {
 		h.Logf = opts.Logf
 	}
@@ -142,10 +162,18 @@ func Open(path string, opts Options) (*Session, error) {
 	}
 	if opts.CacheDir != "" && source.IsRemote(path) {
 		disk, err := source.OpenDiskCache(opts.CacheDir, opts.CacheDirSize)
-		if err != nil {
+		switch {
+		case err == nil:
+			h.Disk, s3.Disk, hf.Disk = disk, disk, disk
+			s.Disk = disk
+		case !opts.CacheDirOptional:
 			return nil, fmt.Errorf("%s: %w", Name(path), err)
+		default:
+			s.DiskError = err
+			if h.Logf != nil {
+				h.Logf("%s: %v; reading without it", Name(path), err)
+			}
 		}
-		h.Disk, s3.Disk, hf.Disk = disk, disk, disk
 	}
 	if err := s.openPath(path, opts); err != nil {
 		s.Close()
@@ -273,6 +301,9 @@ func (s *Session) openSource(path string, guard bool) (*source.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.observers != nil {
+		src.SetObserver(s.observers("file"))
+	}
 	s.Sources = append(s.Sources, src)
 	if guard {
 		if err := src.Guard(); err != nil && s.Unguarded == nil {
@@ -324,7 +355,7 @@ func (s *Session) finish(c *formats.Container, infos []tree.SourceInfo, digests 
 	}
 	s.Cache = cache.New(opts.CacheSize)
 	p, err := pipeline.New(srcs, pipeline.Options{Cache: s.Cache, BlockSize: opts.BlockSize, Verify: opts.Verify,
-		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests, SourceErrors: missing})
+		NPYFloat16: opts.NPYFloat16, Logf: opts.Logf, FileDigests: digests, SourceErrors: missing, Decoded: opts.Decoded})
 	if err != nil {
 		return err
 	}
@@ -547,7 +578,11 @@ func (s *Session) Close() error {
 		s.Cache.Clear()
 	}
 	s.closeKept()
-	return s.closeSources()
+	err := s.closeSources()
+	if s.Disk != nil {
+		s.Disk.Close()
+	}
+	return err
 }
 
 func (s *Session) closeSources() error {

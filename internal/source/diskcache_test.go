@@ -149,6 +149,7 @@ func TestDiskCacheBound(t *testing.T) {
 	if got := readAll(t, src); !bytes.Equal(got, data) {
 		t.Fatal("wrong bytes")
 	}
+	src.Close() // the blocks are written behind the reads: Close waits for them
 	var total int64
 	for _, f := range blockFiles(t, dir) {
 		st, _ := os.Stat(f)

@@ -48,7 +48,8 @@ type File struct {
 	inflight  atomic.Int64          // reads and splices between enter and exit
 	guarded   atomic.Bool           // a read lease is held and not broken
 
-	w *watcher // set by Guard, before the source is shared
+	w   *watcher // set by Guard, before the source is shared
+	obs Observer // set by SetObserver, before the source is shared; nil: none
 }
 
 // OpenFile opens the file at path for reading. Its errors do not repeat
@@ -107,6 +108,23 @@ func (s *File) ModTime() time.Time { return time.Unix(0, s.id.mtime) }
 
 // Fd returns the file descriptor, for zero-copy reads by the caller.
 func (s *File) Fd() uintptr { return s.fd }
+
+// SetObserver has obs told of the bytes read from the file (Received):
+// by ReadAt, and those the kernel splices (Spanned). It must be called
+// before the source is shared.
+func (s *File) SetObserver(obs Observer) {
+	if _, nop := obs.(nopObserver); !nop {
+		s.obs = obs
+	}
+}
+
+// Spanned counts n bytes that the kernel splices from the file under a
+// Span, for the Observer.
+func (s *File) Spanned(n int64) {
+	if s.obs != nil {
+		s.obs.Received(n)
+	}
+}
 
 // Guarded reports whether the source holds a read lease that no change has
 // broken.
@@ -223,6 +241,9 @@ func (s *File) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	n, err := s.f.ReadAt(p, off)
+	if s.obs != nil && n > 0 {
+		s.obs.Received(int64(n))
+	}
 	if !s.guarded.Load() {
 		if cerr := s.verify(); cerr != nil {
 			return 0, cerr

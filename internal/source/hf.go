@@ -188,6 +188,7 @@ func openHFEntry(ctx context.Context, e Entry, o *Options) (Source, error) {
 			name, f.size(), maxHTTPDownload/1_000_000_000)
 	}
 	if src := openHFCached(o.HF.HubCache, m.ref, f, name); src != nil {
+		src.File.SetObserver(o.HF.Observers.of("file"))
 		return src, nil
 	}
 	h, err := newHubClient(name, o.HF)
@@ -221,7 +222,7 @@ func (c *hfCached) ContentSHA256() string { return c.sha256 }
 // when the cache does not hold it: no blob, one of another size (a
 // download cut short), not a regular file. A blob being written is
 // <hash>.incomplete, never opened.
-func openHFCached(dir string, ref hfRef, f hfFile, name string) Source {
+func openHFCached(dir string, ref hfRef, f hfFile, name string) *hfCached {
 	if dir == "" || !hfHash.MatchString(f.etag()) {
 		return nil
 	}

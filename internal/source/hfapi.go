@@ -72,7 +72,7 @@ func newHubClient(name string, opts HFOptions) (*hubClient, error) {
 	}
 	h := &hubClient{endpoint: u, token: opts.Token, pageSize: opts.PageSize}
 	h.remote = newRemote(name, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
-		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef})
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef, Observer: opts.Observers.of("hf")})
 	if h.token != "" {
 		h.secret = append(h.secret, h.token)
 	}
@@ -82,6 +82,7 @@ func newHubClient(name string, opts HFOptions) (*hubClient, error) {
 	} else {
 		h.client, h.owned = defaultClient(), true
 	}
+	h.client = observeClient(h.client, h.obs)
 	h.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return h, nil
 }

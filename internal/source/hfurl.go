@@ -42,6 +42,9 @@ type HFOptions struct {
 	Logf      func(format string, args ...any)
 	// Notef is as HTTPOptions' (the open's retries, for the user).
 	Notef func(msg string)
+	// Observers, if not nil, count the requests and bytes (as "hf"; a
+	// file read from HubCache as "file") and the retries.
+	Observers Observers
 	// PageSize, if not 0, asks listings for pages of at most this many
 	// entries (limit=); 0 leaves it to the Hub.
 	PageSize int

@@ -56,6 +56,9 @@ type HTTPOptions struct {
 	// the user waiting for it ("retrying: 503 Service Unavailable (attempt
 	// 2; giving up in 58s)").
 	Notef func(msg string)
+	// Observers, if not nil, count the requests and bytes (by the URL's
+	// scheme, http or https) and the retries.
+	Observers Observers
 	// Authorization, if not "", is sent as the Authorization header of
 	// every request; "" means $ZTFS_HTTP_AUTHORIZATION (AuthorizationVar)
 	// if set, else the URL's user and password, else the host's entry in
@@ -185,8 +188,9 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 		return nil, fmt.Errorf("%s: not an http:// or https:// URL", name)
 	}
 	s := &HTTP{client: opts.Client}
+	obs := opts.Observers.of(strings.ToLower(u.Scheme))
 	s.remote = newRemote(name, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
-		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef})
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef, Observer: obs})
 	if u.User != nil {
 		user := u.User.Username()
 		pass, _ := u.User.Password()
@@ -214,6 +218,7 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 	if s.client == nil {
 		s.client, s.owned = defaultClient(), true
 	}
+	s.client = observeClient(s.client, obs)
 	if err := s.open(ctx); err != nil {
 		s.abandon(s)
 		return nil, err

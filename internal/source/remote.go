@@ -88,6 +88,11 @@ const (
 	// spareBuffers bounds the evicted blocks' memory kept for the next
 	// fetch, so that a stream reuses memory already faulted in.
 	spareBuffers = 16
+	// diskWriters bounds the goroutines of a source writing fetched
+	// blocks to the on-disk cache behind the reads; beyond them a fetch
+	// writes its blocks itself, so that a slow disk holds the fetches back
+	// rather than piling up blocks in memory.
+	diskWriters = 4
 )
 
 // StallTimeout is how long a request of a remote source with the given
@@ -118,6 +123,8 @@ type remoteOptions struct {
 	// Notef, if not nil, is told of each retry of the open, for a user
 	// waiting for it.
 	Notef func(msg string)
+	// Observer, if not nil, is told of each retry.
+	Observer Observer
 }
 
 // transport makes the requests of one kind of remote source.
@@ -144,6 +151,7 @@ type remote struct {
 	secret []string // never in a message
 	logf   func(string, ...any)
 	notef  func(string)
+	obs    Observer // never nil
 	tr     transport
 
 	retryFor  time.Duration
@@ -155,6 +163,9 @@ type remote struct {
 	sem       chan struct{}  // a slot per range request in flight
 	wg        sync.WaitGroup // goroutines of the source (fetches, checks, the probe); Close waits
 	disk      *diskObject    // nil without an on-disk cache
+	// storing has a slot per goroutine writing fetched blocks to disk
+	// behind the reads (storeAfter).
+	storing chan struct{}
 
 	size int64
 
@@ -221,7 +232,10 @@ type block struct {
 // newRemote makes the core of a source named name; the transport is
 // given by start, once the source's open has learnt the size.
 func newRemote(name string, opts remoteOptions) *remote {
-	r := &remote{name: name, logf: opts.Logf, notef: opts.Notef, retryFor: opts.RetryFor, blockSize: opts.BlockSize}
+	r := &remote{name: name, logf: opts.Logf, notef: opts.Notef, obs: opts.Observer, retryFor: opts.RetryFor, blockSize: opts.BlockSize}
+	if r.obs == nil {
+		r.obs = nopObserver{}
+	}
 	if r.logf == nil {
 		r.logf = func(string, ...any) {}
 	}
@@ -243,6 +257,7 @@ func newRemote(name string, opts remoteOptions) *remote {
 		parallel = defaultParallel
 	}
 	r.sem = make(chan struct{}, parallel)
+	r.storing = make(chan struct{}, diskWriters)
 	r.chunk = int(max(1, chunkBytes/r.blockSize))
 	r.baseBlks = int(max(2, min(128, blockCacheBytes/r.blockSize)))
 	r.seqEnd = -1
@@ -536,6 +551,7 @@ func (r *remote) retry(ctx context.Context, what string, attempt func(ctx contex
 		if cut || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
 			return r.exhausted(ctx, what, last, n+1, start)
 		}
+		r.obs.Retried()
 		r.logf("%s: %s: %s; retrying in %v", r.name, what, f.reason, pause.Round(time.Millisecond))
 		if r.notef != nil && !deadline.IsZero() {
 			r.notef(fmt.Sprintf("%s: retrying: %s (attempt %d; giving up in %v)", r.name, f.reason, n+2,
@@ -941,12 +957,50 @@ func (r *remote) fetchNet(ctx context.Context, run []*block) {
 	}
 	err, retryable := r.fetch(ctx, run)
 	<-r.sem
-	if err == nil && r.disk != nil {
+	if err != nil || r.disk == nil {
+		r.finish(run, err, retryable)
+		return
+	}
+	// The readers have the blocks first; they are written to disk after,
+	// counted as read meanwhile so that their memory is not reused.
+	r.mu.Lock()
+	for _, b := range run {
+		b.readers++
+	}
+	r.mu.Unlock()
+	r.finish(run, nil, false)
+	r.storeAfter(run)
+}
+
+// storeAfter writes fetched blocks, already published, to the on-disk
+// cache, then lets their memory go (the readers count fetchNet added). The
+// fetch that called it may be a read's own (the last run of a read is
+// fetched on its goroutine): the writes go to a goroutine of the source's
+// while one of the diskWriters slots is free, so that the read does not
+// wait for the disk; otherwise they are made here.
+func (r *remote) storeAfter(run []*block) {
+	store := func() {
 		for _, b := range run {
 			r.disk.store(b.idx, b.data, r.logf)
 		}
+		r.mu.Lock()
+		for _, b := range run {
+			b.readers--
+		}
+		r.mu.Unlock()
 	}
-	r.finish(run, err, retryable)
+	select {
+	case r.storing <- struct{}{}:
+		if r.goOwned(func() {
+			defer func() { <-r.storing }()
+			store()
+		}) {
+			return
+		}
+		<-r.storing
+	default:
+	}
+	store()
 }
 
 // acquire takes a request slot (true), or gives up when ctx ends first
@@ -1079,6 +1133,25 @@ func (r *remote) fetch(ctx context.Context, bs []*block) (err error, retryable b
 // when nothing arrives for the stall timeout: no reply, or no byte of the
 // body.
 func (r *remote) get(ctx context.Context, from, end int64, bs []*block) (int64, *failure) {
+	first := bs[0].idx
+	return r.receive(ctx, from, end, func() {
+		for _, b := range bs {
+			b.receiving.Store(true)
+		}
+	}, func(pos int64) []byte {
+		b := bs[pos/r.blockSize-first]
+		return b.data[pos-b.idx*r.blockSize:]
+	}, nil)
+}
+
+// receive is one range request of [from, end), from and end within
+// blocks of the source: the reply's body is read into place(pos), the
+// memory for the bytes at pos up to the end of their block, and filled is
+// told of each block it completes (nil: not told). started, if not nil,
+// runs once the reply's body is there. It returns how many bytes it
+// received. The request is abandoned when nothing arrives for the stall
+// timeout: no reply, or no byte of the body.
+func (r *remote) receive(ctx context.Context, from, end int64, started func(), place func(pos int64) []byte, filled func(idx int64)) (int64, *failure) {
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stalled atomic.Bool
@@ -1096,30 +1169,27 @@ func (r *remote) get(ctx context.Context, from, end int64, bs []*block) (int64, 
 	}
 	defer body.Close()
 	timer.Reset(r.stall)
-	var n int64
-	for i, b := range bs {
-		if i == 0 {
-			for _, b := range bs {
-				b.receiving.Store(true)
+	if started != nil {
+		started()
+	}
+	pos := from
+	for pos < end {
+		dst := place(pos)
+		k, err := body.Read(dst[:min(int64(len(dst)), end-pos, bodyChunk)])
+		pos += int64(k)
+		if k > 0 {
+			timer.Reset(r.stall)
+			r.progressed()
+			if filled != nil && (pos%r.blockSize == 0 || pos == r.size) {
+				filled((pos - 1) / r.blockSize)
 			}
 		}
-		bstart := b.idx * r.blockSize
-		bend := bstart + int64(len(b.data))
-		for pos := max(from+n, bstart); pos < bend; {
-			k, err := body.Read(b.data[pos-bstart : min(bend, pos+bodyChunk)-bstart])
-			pos += int64(k)
-			n += int64(k)
-			if k > 0 {
-				timer.Reset(r.stall)
-				r.progressed()
-			}
-			if err == io.EOF && pos < bend {
-				return n, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", n, end-from)}
-			}
-			if err != nil && err != io.EOF {
-				return n, fail(r.tr.classify(err, actx))
-			}
+		if err == io.EOF && pos < end {
+			return pos - from, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", pos-from, end-from)}
+		}
+		if err != nil && err != io.EOF {
+			return pos - from, fail(r.tr.classify(err, actx))
 		}
 	}
-	return n, nil
+	return pos - from, nil
 }

@@ -45,6 +45,9 @@ type S3Options struct {
 	Logf func(format string, args ...any)
 	// Notef is as HTTPOptions' (the open's retries, for the user).
 	Notef func(msg string)
+	// Observers, if not nil, count the requests and bytes (as "s3") and
+	// the retries.
+	Observers Observers
 	// Credentials, if not nil, sign every request in place of those the
 	// standard chain finds (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
 	// AWS_SESSION_TOKEN in the environment, the shared files, ...).
@@ -133,7 +136,7 @@ func OpenS3(ctx context.Context, rawURL string, opts S3Options) (*S3, error) {
 	}
 	s := &S3{bucket: bucket, key: key}
 	s.remote = newRemote("s3://"+bucket+"/"+key, remoteOptions{RetryFor: opts.RetryFor, BlockSize: opts.BlockSize,
-		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef})
+		Parallel: opts.Parallel, MaxAhead: opts.MaxAhead, Logf: opts.Logf, Notef: opts.Notef, Observer: opts.Observers.of("s3")})
 	if s.client, s.secret, err = newS3Client(ctx, s.name, opts, s.logf); err != nil {
 		s.abandon(s)
 		return nil, err
@@ -188,6 +191,13 @@ func newS3Client(ctx context.Context, name string, opts S3Options, logf func(str
 		o.DisableLogOutputChecksumValidationSkipped = true
 		if opts.HTTPClient != nil {
 			o.HTTPClient = opts.HTTPClient
+		}
+		if obs := opts.Observers.of("s3"); obs != (nopObserver{}) {
+			base := o.HTTPClient
+			if base == nil {
+				base = awshttp.NewBuildableClient()
+			}
+			o.HTTPClient = observedDoer{base: base, obs: obs}
 		}
 	})
 	return client, secret, nil

@@ -7,7 +7,10 @@
 // object of an S3 bucket (S3, likewise, through the AWS SDK) and a file of
 // a Hugging Face Hub repository (HF, pinned to a commit). A URL's scheme
 // chooses its kind in one table (scheme.go), which the session and the
-// commands go through.
+// commands go through. Remote sources keep their blocks in an on-disk cache
+// that many processes may share (DiskCache), which `ztfs warm` fills ahead
+// of the mounts (Warmer); Observers count their requests and bytes for a
+// mount's metrics.
 package source
 
 import (
@@ -56,6 +59,9 @@ type Spanner interface {
 	// and if so marks the splice in flight until release is called, which
 	// must happen once the kernel has copied the bytes.
 	Span() (release func(), ok bool)
+	// Spanned counts n bytes of a Span that the kernel splices, which no
+	// ReadAt sees, for the source's Observer.
+	Spanned(n int64)
 }
 
 // Interrupter is a source whose reads wait on a server (HTTP, S3). Its

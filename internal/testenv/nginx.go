@@ -45,6 +45,15 @@ func RequireNginx(t testing.TB) string {
 // and 412 to an If-Match or If-Unmodified-Since that no longer holds.
 func StartNginx(t testing.TB, dir string, tls bool) (baseURL string, caPEM []byte) {
 	t.Helper()
+	baseURL, caPEM, _ = StartNginxLogged(t, dir, tls)
+	return baseURL, caPEM
+}
+
+// StartNginxLogged is StartNginx that also returns the path of nginx's
+// access log, in the combined format: one line per request, with its
+// method, path, status and the bytes of the reply's body.
+func StartNginxLogged(t testing.TB, dir string, tls bool) (baseURL string, caPEM []byte, accessLog string) {
+	t.Helper()
 	nginx := RequireNginx(t)
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -103,13 +112,13 @@ http {
 		cmd.Stdout, cmd.Stderr = &stderr, &stderr
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		if startListening(t, cmd, addr, "nginx") {
-			return fmt.Sprintf("%s://%s", scheme, addr), caPEM
+			return fmt.Sprintf("%s://%s", scheme, addr), caPEM, filepath.Join(prefix, "access.log")
 		}
 		log, _ := os.ReadFile(filepath.Join(prefix, "error.log"))
 		lastLog = stderr.String() + string(log)
 	}
 	t.Fatalf("nginx did not start:\n%s", lastLog)
-	return "", nil
+	return "", nil, ""
 }
 
 // startListening starts cmd, a server that is to listen on addr, and

@@ -82,6 +82,55 @@ func (td *tensorDir) files() []string {
 	return files
 }
 
+// Kind is what a file of the tree holds, as a mount's metrics count its
+// reads.
+type Kind uint8
+
+const (
+	// KindFile is a file of the source's own: a model folder's
+	// config.json or tokenizer, an MCF file's.
+	KindFile Kind = iota
+	// KindComponent is a stored component's file (data, values, ...).
+	KindComponent
+	// KindNPY is a tensor.npy.
+	KindNPY
+	// KindView is a root safetensors file: the source's own shards or the
+	// computed view, and its index.
+	KindView
+	// KindManifest is manifest.json or a meta.json.
+	KindManifest
+	// NumKinds counts the kinds.
+	NumKinds
+)
+
+var kindNames = [NumKinds]string{"file", "component", "npy", "view", "manifest"}
+
+// String names the kind as metrics label it.
+func (k Kind) String() string {
+	if k < NumKinds {
+		return kindNames[k]
+	}
+	return "file"
+}
+
+// Kind returns what file n holds (KindFile for a directory).
+func (n *Node) Kind() Kind {
+	switch {
+	case n.comp != nil:
+		return KindComponent
+	case n.of != nil && n.Name == npyName:
+		return KindNPY
+	case n.of != nil:
+		return KindManifest
+	case n.weights:
+		return KindView
+	}
+	if _, ok := n.Reader.(*lazyBytes); ok {
+		return KindManifest
+	}
+	return KindFile
+}
+
 // IsDir reports whether n is a directory.
 func (n *Node) IsDir() bool { return n.Reader == nil }
 

@@ -368,3 +368,32 @@ func TestLazyBytesParts(t *testing.T) {
 		t.Fatalf("get: %d bytes, %v", len(all), err)
 	}
 }
+
+// Every file of the tree has the kind a mount's metrics count its reads
+// under: a component named like tensor.npy or meta.json is a component,
+// the root's weights a view, a folder's own files files.
+func TestKinds(t *testing.T) {
+	odd := dense("a/b", "data", "meta.json", "tensor.npy")
+	c := &formats.Container{Format: "test", Tensors: []*formats.Tensor{dense("w"), odd},
+		Files: []*formats.File{{Name: "config.json", Content: []byte("{}")}, {Name: "model.safetensors", Content: []byte("x"), Weights: true}}}
+	tr, err := buildTest(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]Kind{
+		"manifest.json": KindManifest, "config.json": KindFile, "model.safetensors": KindView,
+		"tensors/w/data": KindComponent, "tensors/w/meta.json": KindManifest, "tensors/w/tensor.npy": KindNPY,
+		"tensors/a%2Fb/%6Deta.json": KindComponent, "tensors/a%2Fb/%74ensor.npy": KindComponent, "tensors/a%2Fb/tensor.npy": KindNPY,
+	} {
+		n, err := tr.Lookup(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Kind(); got != want {
+			t.Errorf("%s: kind %s, want %s", path, got, want)
+		}
+	}
+	if names := []string{KindFile.String(), KindComponent.String(), KindNPY.String(), KindView.String(), KindManifest.String()}; strings.Join(names, " ") != "file component npy view manifest" {
+		t.Errorf("kind names %v", names)
+	}
+}

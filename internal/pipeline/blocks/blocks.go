@@ -10,6 +10,7 @@ package blocks
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/internal/pipeline/stream"
@@ -81,6 +82,9 @@ type Reader struct {
 	// passed, when set, follows sequential readers and spends the blocks
 	// they have gone past (cache.Spend).
 	passed *passedBlocks
+	// decoded, when set, is told how long each block the source made for
+	// a miss took (Observe).
+	decoded func(time.Duration)
 }
 
 // NewReader returns the reader of src, whose stream h is, in blocks of
@@ -100,6 +104,11 @@ func NewCheapReader(h Cache, blockSize int64, src Source) *Reader {
 	r.passed = &passedBlocks{}
 	return r
 }
+
+// Observe has f told how long the source took to make each block a
+// reader missed in the cache: what readers waited for. Blocks the source
+// makes ahead of them are not counted. It must be called before r is used.
+func (r *Reader) Observe(f func(time.Duration)) { r.decoded = f }
 
 // Source returns the source r serves.
 func (r *Reader) Source() Source { return r.src }
@@ -140,7 +149,15 @@ func (p *passedBlocks) read(k int64) (from, to int64) {
 // get returns block k from the cache or the source.
 func (r *Reader) get(k int64) ([]byte, error) {
 	h := r.cache
-	b, err := h.c.Get(h.key(k), func() ([]byte, error) { return r.src.Block(k) })
+	b, err := h.c.Get(h.key(k), func() ([]byte, error) {
+		if r.decoded == nil {
+			return r.src.Block(k)
+		}
+		start := time.Now()
+		b, err := r.src.Block(k)
+		r.decoded(time.Since(start))
+		return b, err
+	})
 	if err == nil {
 		if s, ok := r.src.(Sequential); ok {
 			s.Reading(k)

@@ -170,6 +170,7 @@ func (r *Region) FileSpan(off, n int64) (Span, bool) {
 	if !ok {
 		return Span{}, false
 	}
+	r.spanner.Spanned(n)
 	return Span{Fd: r.spanner.Fd(), Off: r.off + off, release: release}, true
 }
 
