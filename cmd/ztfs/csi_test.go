@@ -328,7 +328,7 @@ func TestCSIPublishLocal(t *testing.T) {
 	}
 	pid := volumeServer(t, target)
 	// ztfs status, with the servers' state folder, lists the volume.
-	if r := runEnv(t, []string{"ZTFS_STATE_DIR=" + filepath.Join(p.state, "servers")}, "status"); r.code != 0 || !strings.Contains(r.stdout, target) {
+	if r := runEnv(t, []string{"ZTFS_STATE_DIR=" + filepath.Join(p.state, "servers")}, "status", "--wide"); r.code != 0 || !strings.Contains(r.stdout, target) {
 		t.Errorf("ztfs status does not list the volume: %+v", r)
 	}
 
