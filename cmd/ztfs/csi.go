@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ztfs/ztfs/internal/csi"
+	"github.com/ztfs/ztfs/internal/metrics"
 	"github.com/ztfs/ztfs/internal/secrets"
 	"github.com/ztfs/ztfs/internal/session"
 )
@@ -32,6 +33,9 @@ type csiFlags struct {
 	nodeID     string
 	stateDir   string
 	localRoots []string
+	// metricsAddr is where the plugin serves its metrics and its
+	// volumes', "" for nowhere.
+	metricsAddr string
 	// source is what every volume's server is given: the remote
 	// sources' bounds and the node's shared --cache-dir. servers holds
 	// those flags apart, so that the ones given are passed on as they are.
@@ -56,9 +60,14 @@ nodePublishSecretRef passed over a pipe. The flags of the remote sources
 The plugin records each volume it publishes in --state-dir: started again on
 the same socket and state, it unpublishes them as before. It stops on SIGTERM
 and leaves the volumes served. deploy/kubernetes holds the manifests;
-docs/kubernetes.md says how to deploy it.`,
+docs/kubernetes.md says how to deploy it.
+
+With --metrics-addr, it serves Prometheus metrics at /metrics: its own, and
+those of every volume it published, each series labelled with the volume's
+id and target path (docs/operations.md).`,
 		Example: `  ztfs csi --endpoint unix:///csi/csi.sock --node-id "$NODE_NAME" --cache-dir /var/cache/ztfs
-  ztfs csi --node-id n1 --local-root /models   # volumes may also name files under /models`,
+  ztfs csi --node-id n1 --local-root /models   # volumes may also name files under /models
+  ztfs csi --node-id n1 --metrics-addr :9809   # Prometheus metrics of every volume at :9809/metrics`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageError(c, fmt.Sprintf("unexpected argument %q", args[0]))
@@ -69,6 +78,11 @@ docs/kubernetes.md says how to deploy it.`,
 			if f.nodeID == "" {
 				return usageError(cmd, "missing --node-id NODE")
 			}
+			if f.metricsAddr != "" {
+				if err := metrics.CheckAddr(f.metricsAddr); err != nil {
+					return withCode(exitUsage, fmt.Errorf("--metrics-addr: %w", err))
+				}
+			}
 			return withCode(exitError, runCSI(f))
 		},
 	}
@@ -77,6 +91,7 @@ docs/kubernetes.md says how to deploy it.`,
 	fl.StringVar(&f.nodeID, "node-id", "", "this node's id for kubelet: the Kubernetes `NODE` name (required)")
 	fl.StringVar(&f.stateDir, "state-dir", defaultCSIStateDir, "`DIR` of the records of the volumes published and of their servers' logs and state; keep it on the host so that it outlives the plugin")
 	fl.StringArrayVar(&f.localRoots, "local-root", nil, "a folder `DIR` of the node whose files volumes may name as their source (repeat for several); without it only URLs are served")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at /metrics on `ADDR` (HOST:PORT, or unix:PATH): the plugin's own and every volume's, labelled by volume (off by default; docs/operations.md)")
 	f.servers = pflag.NewFlagSet("servers", pflag.ContinueOnError)
 	f.source.register(f.servers)
 	fl.AddFlagSet(f.servers)
@@ -113,10 +128,19 @@ func runCSI(f csiFlags) error {
 	}
 	starter := &volumeServers{exe: exe, args: serverArgs, stateDir: filepath.Join(stateDir, "servers"), logf: logger.Printf}
 	plugin, err := csi.New(csi.Config{NodeID: f.nodeID, Version: version, StateDir: stateDir, LocalRoots: roots,
-		Starter: starter, Logf: logger.Printf})
+		Metrics: f.metricsAddr != "", Starter: starter, Logf: logger.Printf})
 	if err != nil {
 		lis.Close()
 		return err
+	}
+	if f.metricsAddr != "" {
+		srv, err := metrics.ListenUnion(f.metricsAddr, plugin.Gatherer(), logger.Printf)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		defer srv.Close()
+		logger.Printf("metrics at %s/metrics", srv.Addr())
 	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
@@ -177,6 +201,9 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 	}
 	if v.Verify {
 		args = append(args, "--verify")
+	}
+	if req.MetricsSocket != "" {
+		args = append(args, "--metrics-addr", metrics.UnixPrefix+req.MetricsSocket)
 	}
 	secret := req.Secrets
 	src := v.Source

@@ -2,6 +2,7 @@ package main
 
 import (
 	"debug/elf"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ztfs/ztfs/internal/csi"
+	"github.com/ztfs/ztfs/internal/metrics"
 )
 
 // deployDir holds the Kubernetes manifests and the plugin's Dockerfile.
@@ -43,7 +45,8 @@ type object struct {
 		} `json:"selector"`
 		Template struct {
 			Metadata struct {
-				Labels map[string]string `json:"labels"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
 			} `json:"metadata"`
 			Spec podSpec `json:"spec"`
 		} `json:"template"`
@@ -287,10 +290,25 @@ func TestCSIDeployManifests(t *testing.T) {
 	if !kubelet || !fuse {
 		t.Errorf("the plugin lacks kubelet's folder at its own path with Bidirectional propagation (%v) or /dev/fuse (%v)", kubelet, fuse)
 	}
+	ports := map[string]string{}
+	for _, p := range plugin.Ports {
+		ports[p.Name] = strconv.Itoa(p.ContainerPort)
+	}
 	port := arg(probe.Args, "health-port")
-	if len(plugin.Ports) != 1 || port == "" || plugin.Ports[0].Name != "healthz" || port != strconv.Itoa(plugin.Ports[0].ContainerPort) ||
+	if len(plugin.Ports) != 2 || port == "" || port != ports["healthz"] ||
 		plugin.LivenessProbe == nil || plugin.LivenessProbe.HTTPGet.Port != "healthz" || plugin.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("the liveness probe's --health-port %s and the plugin's port %v and livenessProbe %v", port, plugin.Ports, plugin.LivenessProbe)
+		t.Errorf("the liveness probe's --health-port %s and the plugin's ports %v and livenessProbe %v", port, plugin.Ports, plugin.LivenessProbe)
+	}
+	// The metrics: on every address of the pod, at the port named
+	// metrics, which the scrape annotations name.
+	metricsAddr := arg(plugin.Args, "metrics-addr")
+	host, metricsPort, _ := net.SplitHostPort(metricsAddr)
+	if err := metrics.CheckAddr(metricsAddr); err != nil || host != "" || metricsPort != ports["metrics"] || metricsPort == port {
+		t.Errorf("--metrics-addr %q (%v) is not on every address at the port named metrics (%s), apart from the probe's %s", metricsAddr, err, ports["metrics"], port)
+	}
+	annotations := ds.Spec.Template.Metadata.Annotations
+	if annotations["prometheus.io/scrape"] != "true" || annotations["prometheus.io/port"] != metricsPort || annotations["prometheus.io/path"] != "/metrics" {
+		t.Errorf("the plugin's pods' scrape annotations %v, want the metrics port %s and /metrics", annotations, metricsPort)
 	}
 
 	// The examples: csi volumes of the driver, whose attributes and

@@ -327,7 +327,8 @@ func TestCSIPublishLocal(t *testing.T) {
 		t.Errorf("the user nobody cannot read the volume: %v %s", err, out)
 	}
 	pid := volumeServer(t, target)
-	// ztfs status, with the servers' state folder, lists the volume.
+	// ztfs status --wide (nothing cut to fit 80 columns), with the
+	// servers' state folder, lists the volume.
 	if r := runEnv(t, []string{"ZTFS_STATE_DIR=" + filepath.Join(p.state, "servers")}, "status", "--wide"); r.code != 0 || !strings.Contains(r.stdout, target) {
 		t.Errorf("ztfs status does not list the volume: %+v", r)
 	}

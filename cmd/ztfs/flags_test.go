@@ -13,10 +13,11 @@ import (
 // ownFlags share a name with another command's flag but not its meaning,
 // so their help texts differ on purpose.
 var ownFlags = map[string]string{
-	"status --json":    "prints the mounts",
-	"inspect --json":   "prints manifest.json",
-	"verify --json":    "prints the verify report",
-	"inspect --verify": "checks and reports every recorded digest, rather than guarding reads as mount's and cat's --verify do",
+	"status --json":      "prints the mounts",
+	"inspect --json":     "prints manifest.json",
+	"verify --json":      "prints the verify report",
+	"inspect --verify":   "checks and reports every recorded digest, rather than guarding reads as mount's and cat's --verify do",
+	"csi --metrics-addr": "serves the plugin's metrics and its volumes', labelled by volume, rather than one mount's",
 }
 
 // ownDefaults are shared flags whose default differs on purpose; their

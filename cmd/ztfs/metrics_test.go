@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -71,14 +70,16 @@ func writeMetricsModel(t *testing.T, path string) {
 }
 
 // promQueries returns the PromQL queries of docs/operations.md's promql
-// block, one a line, comments left out.
-func promQueries(t *testing.T) []string {
+// block number n (0: the first), one a line, comments left out.
+func promQueries(t *testing.T, n int) []string {
 	t.Helper()
-	doc := mustRead(t, "../../docs/operations.md")
-	_, block, ok := strings.Cut(doc, "```promql\n")
-	block, _, ok2 := strings.Cut(block, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/operations.md has no promql block")
+	blocks := strings.Split(mustRead(t, "../../docs/operations.md"), "```promql\n")
+	if len(blocks) < n+2 {
+		t.Fatalf("docs/operations.md has %d promql blocks, not %d", len(blocks)-1, n+1)
+	}
+	block, _, ok := strings.Cut(blocks[n+1], "```")
+	if !ok {
+		t.Fatalf("docs/operations.md's promql block %d does not end", n+1)
 	}
 	var qs []string
 	for _, l := range strings.Split(block, "\n") {
@@ -170,16 +171,12 @@ func TestMetricsPrometheus(t *testing.T) {
 	}
 	exposition, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	check := exec.Command(promtool, "check", "metrics")
-	check.Stdin = bytes.NewReader(exposition)
-	if out, err := check.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
-	}
+	promtoolCheck(t, promtool, string(exposition))
 
 	// Two scrapes after the last read at least, for every rate to have
 	// two samples.
 	time.Sleep(2500 * time.Millisecond)
-	queries := promQueries(t)
+	queries := promQueries(t, 0)
 	if len(queries) < 8 {
 		t.Fatalf("docs/operations.md publishes %d queries", len(queries))
 	}

@@ -7,7 +7,9 @@
 // record of each target in its state folder, so that a plugin started
 // again finds the volumes it published and the processes serving them,
 // and serves anew (Revive) those whose servers ended with an earlier
-// plugin's container and that need no secret.
+// plugin's container and that need no secret. With Config.Metrics, each
+// server also serves its metrics on a unix socket named after its target,
+// and Gatherer gathers them all, labelled by volume, with the plugin's own.
 package csi
 
 import (
@@ -16,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +50,10 @@ type StartRequest struct {
 	Target  string
 	Secrets secrets.Set
 	LogFile string
+	// MetricsSocket, if not empty, is the unix socket on which the
+	// server serves its metrics (ztfs mount --metrics-addr unix:PATH),
+	// which the plugin gathers (Gatherer).
+	MetricsSocket string
 }
 
 // Config is what a Plugin is made of.
@@ -59,7 +66,10 @@ type Config struct {
 	// LocalRoots are the folders of the node whose files volumes may
 	// serve; none means that only URLs are served.
 	LocalRoots []string
-	Starter    Starter
+	// Metrics: each volume's server serves its metrics on a unix socket
+	// in StateDir, which Gatherer gathers (ztfs csi --metrics-addr).
+	Metrics bool
+	Starter Starter
 	// Logf receives the plugin's log lines, none of which holds a secret.
 	Logf func(format string, args ...any)
 }
@@ -70,6 +80,7 @@ type Plugin struct {
 	records records
 	locks   targetLocks
 	server  *grpc.Server
+	metrics *pluginMetrics
 }
 
 // New returns a plugin; Serve starts it.
@@ -87,6 +98,16 @@ func New(cfg Config) (*Plugin, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	p := &Plugin{cfg: cfg, records: records{cfg.StateDir}, locks: targetLocks{held: map[string]chan struct{}{}}}
+	if cfg.Metrics {
+		// A unix socket's path has at most 108 bytes (sun_path).
+		if sock := p.records.metricsSocket("/"); len(sock) > maxSocketPath {
+			return nil, fmt.Errorf("state folder %s: too long for the volumes' metrics sockets (%s: %d bytes, at most %d)", cfg.StateDir, sock, len(sock), maxSocketPath)
+		}
+		if err := os.MkdirAll(filepath.Dir(p.records.metricsSocket("/")), 0o700); err != nil {
+			return nil, fmt.Errorf("state folder: %w", err)
+		}
+	}
+	p.metrics = newPluginMetrics(p)
 	p.sweep()
 	p.server = grpc.NewServer(grpc.UnaryInterceptor(p.logCall))
 	csi.RegisterIdentityServer(p.server, identity{p: p})
@@ -114,6 +135,9 @@ func (p *Plugin) sweep() {
 		p.cfg.Logf("removed the record of volume %s: %s is gone and was not unpublished", rec.VolumeID, rec.Target)
 	}
 }
+
+// maxSocketPath is the longest path of a unix socket Linux takes.
+const maxSocketPath = 107
 
 // reviveWait bounds the publish of one volume that Revive serves anew.
 const reviveWait = 2 * time.Minute
@@ -185,6 +209,7 @@ func (p *Plugin) logCall(ctx context.Context, req any, info *grpc.UnaryServerInf
 	start := time.Now()
 	resp, err := handler(ctx, req)
 	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
+	p.metrics.countCall(method, status.Code(err))
 	if err != nil {
 		p.cfg.Logf("%s: %v (%s)", method, err, time.Since(start).Round(time.Millisecond))
 	}

@@ -71,6 +71,9 @@ func (n node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeR
 func (p *Plugin) publish(ctx context.Context, id, target string, vol Volume, attrs map[string]string, secret secrets.Set) error {
 	rec := &record{VolumeID: id, Target: target, Mountpoint: target, Source: vol.Name(), Digest: Digest(id, attrs),
 		LogFile: p.records.logFile(target), Since: time.Now().UTC()}
+	if p.cfg.Metrics {
+		rec.MetricsSocket = p.records.metricsSocket(target)
+	}
 	if secret.Empty() && vol.Name() == vol.Source {
 		// Nothing secret: a plugin started again serves the volume
 		// anew from its record if its server died.
@@ -147,7 +150,8 @@ func (p *Plugin) publish(ctx context.Context, id, target string, vol Volume, att
 		}
 		return status.Errorf(code, "volume %s: %v", id, err)
 	}
-	pid, err := p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: rec.Mountpoint, Secrets: secret, LogFile: rec.LogFile})
+	pid, err := p.cfg.Starter.Start(ctx, StartRequest{Volume: vol, Target: rec.Mountpoint, Secrets: secret, LogFile: rec.LogFile,
+		MetricsSocket: rec.MetricsSocket})
 	if err != nil {
 		return fail(err)
 	}

@@ -21,12 +21,15 @@ type record struct {
 	// Mountpoint is where the server mounted: the target, or a folder
 	// of the plugin's bound over the target when the volume was served
 	// anew (its first server having died).
-	Mountpoint string    `json:"mountpoint"`
-	Source     string    `json:"source"`
-	Digest     string    `json:"digest"`
-	PID        int       `json:"pid,omitempty"`
-	LogFile    string    `json:"log_file,omitempty"`
-	Since      time.Time `json:"published"`
+	Mountpoint string `json:"mountpoint"`
+	Source     string `json:"source"`
+	Digest     string `json:"digest"`
+	PID        int    `json:"pid,omitempty"`
+	LogFile    string `json:"log_file,omitempty"`
+	// MetricsSocket is where the server serves its metrics (the plugin's
+	// --metrics-addr), if it does: records.metricsSocket(Target).
+	MetricsSocket string    `json:"metrics_socket,omitempty"`
+	Since         time.Time `json:"published"`
 	// Attributes are the volume's, kept when it has no secret (no
 	// nodePublishSecretRef, no credentials in its source), so that a
 	// plugin started again serves it anew without waiting for kubelet.
@@ -50,6 +53,12 @@ func (r records) path(target string) string {
 // logFile is where the server of the volume at target logs.
 func (r records) logFile(target string) string {
 	return filepath.Join(r.dir, "log", key(target)+".log")
+}
+
+// metricsSocket is the unix socket on which the server of the volume at
+// target serves its metrics.
+func (r records) metricsSocket(target string) string {
+	return filepath.Join(r.dir, "metrics", key(target)+".sock")
 }
 
 // private is the folder where the server of a volume served anew mounts.
@@ -110,9 +119,11 @@ func (r records) all(logf func(string, ...any)) []*record {
 	return out
 }
 
-// remove deletes the record of target and its server's log.
+// remove deletes the record of target, its server's log and the metrics
+// socket a server killed left.
 func (r records) remove(target string) error {
 	os.Remove(r.logFile(target))
+	os.Remove(r.metricsSocket(target))
 	if err := os.Remove(r.path(target)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

@@ -5,10 +5,10 @@
 // the layers below are given small hooks that know nothing of Prometheus
 // (fusefs.ReadObserver, source.Observers, pipeline.Options.Decoded), whose
 // counters are resolved once, so that counting costs a few atomic
-// additions per read. Serve exposes the registry at /metrics over TCP or
+// additions per read. Listen exposes the registry at /metrics over TCP or
 // a unix socket; SocketGatherer reads a mount's socket with labels added,
 // for a process that serves the metrics of many mounts as one endpoint
-// (labelled volume="<id>").
+// (labelled volume="<id>"), which ListenUnion serves.
 package metrics
 
 import (

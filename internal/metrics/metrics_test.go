@@ -3,12 +3,14 @@ package metrics
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,6 +219,63 @@ func TestSocketGatherer(t *testing.T) {
 	gone := &SocketGatherer{Path: filepath.Join(dir, "none.sock")}
 	if _, err := gone.Gather(); err == nil || !strings.Contains(err.Error(), "none.sock") {
 		t.Errorf("gathering from no server: %v", err)
+	}
+}
+
+// A union of gatherers that disagree (one family with two helps, as
+// mounts of two ztfs versions would give): Listen fails the scrape,
+// ListenUnion serves all the rest and logs what it left out.
+func TestListenUnion(t *testing.T) {
+	var gs prometheus.Gatherers
+	for i, help := range []string{"one help", "another help"} {
+		reg := prometheus.NewRegistry()
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "ztfs_x_total", Help: help, ConstLabels: prometheus.Labels{"volume": fmt.Sprint(i)}})
+		c.Add(float64(i + 1))
+		reg.MustRegister(c, prometheus.NewGauge(prometheus.GaugeOpts{Name: "ztfs_y", Help: "y", ConstLabels: prometheus.Labels{"volume": fmt.Sprint(i)}}))
+		gs = append(gs, reg)
+	}
+	get := func(s *Server) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + s.Addr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	strict, err := Listen("127.0.0.1:0", gs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Close()
+	if code, _ := get(strict); code != http.StatusInternalServerError {
+		t.Errorf("Listen served a union that disagrees: %d", code)
+	}
+	var mu sync.Mutex
+	var logged []string
+	union, err := ListenUnion("127.0.0.1:0", gs, func(f string, a ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer union.Close()
+	code, text := get(union)
+	for _, want := range []string{`ztfs_x_total{volume="0"} 1`, `ztfs_y{volume="0"} 0`, `ztfs_y{volume="1"} 0`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("ListenUnion: %d, the exposition lacks %q:\n%s", code, want, text)
+		}
+	}
+	if strings.Contains(text, `ztfs_x_total{volume="1"}`) {
+		t.Error("ListenUnion served a family with another help")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if log := strings.Join(logged, "\n"); !strings.Contains(log, "another help") {
+		t.Errorf("ListenUnion did not log what it left out: %q", log)
 	}
 }
 

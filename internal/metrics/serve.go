@@ -49,8 +49,22 @@ func CheckAddr(addr string) error {
 
 // Listen starts serving g at /metrics on addr: HOST:PORT, or unix:PATH
 // for a unix socket (made 0660; a stale socket at PATH is replaced). Its
-// error names the address.
+// error names the address. A gather that fails fails the scrape (HTTP
+// 500): a mount's registry is whole or broken.
 func Listen(addr string, g prometheus.Gatherer, logf func(string, ...any)) (*Server, error) {
+	return listen(addr, g, logf, promhttp.HTTPErrorOnError)
+}
+
+// ListenUnion is Listen for a gatherer that is the union of many (one per
+// mount, as the CSI plugin serves): what a gather's error leaves out (a
+// family that one mount gathers with another help or type than the
+// others, a series gathered twice) is logged, and the rest is served, so
+// that no one mount breaks the scrape of all.
+func ListenUnion(addr string, g prometheus.Gatherer, logf func(string, ...any)) (*Server, error) {
+	return listen(addr, g, logf, promhttp.ContinueOnError)
+}
+
+func listen(addr string, g prometheus.Gatherer, logf func(string, ...any), onError promhttp.HandlerErrorHandling) (*Server, error) {
 	if err := CheckAddr(addr); err != nil {
 		return nil, err
 	}
@@ -82,6 +96,7 @@ func Listen(addr string, g prometheus.Gatherer, logf func(string, ...any)) (*Ser
 	mux := http.NewServeMux()
 	var handlerOpts promhttp.HandlerOpts
 	handlerOpts.ErrorLog = logger(logf)
+	handlerOpts.ErrorHandling = onError
 	if r, ok := g.(*prometheus.Registry); ok {
 		handlerOpts.Registry = r // promhttp_metric_handler_errors_total
 	}
@@ -143,8 +158,14 @@ type SocketGatherer struct {
 	client *http.Client
 }
 
-// Gather implements prometheus.Gatherer.
-func (g *SocketGatherer) Gather() ([]*dto.MetricFamily, error) {
+// CloseIdleConnections closes the connection to the mount kept open for
+// the next gather, if any: call it once the gatherer is no longer used.
+func (g *SocketGatherer) CloseIdleConnections() {
+	g.init()
+	g.client.CloseIdleConnections()
+}
+
+func (g *SocketGatherer) init() {
 	g.once.Do(func() {
 		timeout := g.Timeout
 		if timeout <= 0 {
@@ -157,6 +178,11 @@ func (g *SocketGatherer) Gather() ([]*dto.MetricFamily, error) {
 			},
 		}}
 	})
+}
+
+// Gather implements prometheus.Gatherer. It is safe for concurrent use.
+func (g *SocketGatherer) Gather() ([]*dto.MetricFamily, error) {
+	g.init()
 	req, err := http.NewRequest(http.MethodGet, "http://ztfs/metrics", nil)
 	if err != nil {
 		return nil, err
