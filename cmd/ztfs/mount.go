@@ -277,12 +277,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 		logf("exiting")
 	}()
 	if f.logFile == "" && logPath != "" {
-		keep := mountedLogs()
-		keep[logPath] = true
-		if removed := pruneLogs(filepath.Dir(logPath), keep, time.Now()); len(removed) > 0 {
-			logf("removed %s of mounts no longer mounted from %s (older than %d days, or beyond the %d most recent)",
-				count(len(removed), "log file"), filepath.Dir(logPath), int(maxLogAge.Hours()/24), maxLogFiles)
-		}
+		pruneOtherLogs(logPath, logf)
 	}
 	var srv *metrics.Server
 	if m != nil {
@@ -292,15 +287,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 		defer srv.Close()
 		logf("metrics at %s/metrics", srv.Addr())
 	}
-	cgroupLimit := containerMemoryLimit()
-	if limit := boundMemory(int64(f.cache.size), cgroupLimit); cgroupLimit > 0 {
-		logf("memory: cgroup limit %s, cache %s, Go memory limit %s", units.BytesSize(float64(cgroupLimit)),
-			f.cache.size.String(), units.BytesSize(float64(limit)))
-		if int64(f.cache.size) > cgroupLimit/2 {
-			notify(fmt.Sprintf("warning: --cache-size %s is over half the memory limit of the server's cgroup (%s): the kernel may kill the server when the cache fills",
-				f.cache.size.String(), units.BytesSize(float64(cgroupLimit))))
-		}
-	}
+	limitMemory(f.cache.size, logf, notify)
 	widenProcs()
 	abs, _ := filepath.Abs(source)
 	if session.IsRemote(source) {
@@ -370,6 +357,35 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 	signal.Stop(signals)
 	close(signals)
 	return nil
+}
+
+// pruneOtherLogs removes the log files of mounts no longer mounted from
+// the folder of logPath, the log the server writes, as pruneLogs chooses
+// them.
+func pruneOtherLogs(logPath string, logf func(string, ...any)) {
+	keep := mountedLogs()
+	keep[logPath] = true
+	if removed := pruneLogs(filepath.Dir(logPath), keep, time.Now()); len(removed) > 0 {
+		logf("removed %s of mounts no longer mounted from %s (older than %d days, or beyond the %d most recent)",
+			count(len(removed), "log file"), filepath.Dir(logPath), int(maxLogAge.Hours()/24), maxLogFiles)
+	}
+}
+
+// limitMemory bounds the server's memory for a cache of cacheSize
+// (boundMemory), logging the bound where a cgroup sets one and warning
+// the user when the cache takes over half of it.
+func limitMemory(cacheSize sizeFlag, logf func(string, ...any), notify func(string)) {
+	cgroupLimit := containerMemoryLimit()
+	limit := boundMemory(int64(cacheSize), cgroupLimit)
+	if cgroupLimit <= 0 {
+		return
+	}
+	logf("memory: cgroup limit %s, cache %s, Go memory limit %s", units.BytesSize(float64(cgroupLimit)),
+		cacheSize.String(), units.BytesSize(float64(limit)))
+	if int64(cacheSize) > cgroupLimit/2 {
+		notify(fmt.Sprintf("warning: --cache-size %s is over half the memory limit of the server's cgroup (%s): the kernel may kill the server when the cache fills",
+			cacheSize.String(), units.BytesSize(float64(cgroupLimit))))
+	}
 }
 
 // busyRetry is how long a server that is told to stop tries to unmount a
