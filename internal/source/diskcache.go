@@ -71,6 +71,9 @@ type DiskCache struct {
 	// owner names this process's temporary files, ownerHost the machine
 	// and PID namespace in them.
 	owner, ownerHost string
+	// lockWait bounds the wait for a turn: the constant lockWait, but in
+	// tests.
+	lockWait time.Duration
 
 	hits, misses, hitBytes        atomic.Int64
 	stored, storedBytes, damaged  atomic.Int64
@@ -101,14 +104,11 @@ const (
 	// rescanAge is how old the last scan may be when a cache is opened
 	// before the count is taken again from the directory.
 	rescanAge = time.Hour
-	// lockWait bounds the wait for the directory's lock: a process that
-	// holds it longer (stopped, or on a filesystem that hangs) costs a
-	// block not kept, never a read.
+	// lockWait bounds the wait for a turn at the directory's lock: a
+	// process that holds it longer (stopped, or on a filesystem that
+	// hangs) costs a block not kept.
 	lockWait = 10 * time.Second
 )
-
-// errLockWait is why a turn at the lock was not had.
-var errLockWait = fmt.Errorf("the cache directory's lock was held by another process for over %v", lockWait)
 
 // OpenDiskCache opens (creating it if need be) the cache directory dir,
 // bounded by limit bytes of blocks for every process that uses it.
@@ -119,7 +119,7 @@ func OpenDiskCache(dir string, limit int64) (*DiskCache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cache directory: %w", err)
 	}
-	d := &DiskCache{dir: dir, limit: limit}
+	d := &DiskCache{dir: dir, limit: limit, lockWait: lockWait}
 	d.ownerHost = ownerTag()
 	d.owner = diskTmpPrefix + d.ownerHost + "-" + strconv.Itoa(os.Getpid()) + "-"
 	lock, err := os.OpenFile(filepath.Join(dir, diskLockName), os.O_RDWR|os.O_CREATE, 0o600)
@@ -217,11 +217,37 @@ func (d *DiskCache) Stats() DiskStats {
 // locked runs f with the shared count, in this process's turn at the
 // directory's lock; what f leaves in the count is written back. A count
 // that is missing or not the lock file's format is taken again from the
-// directory first.
+// directory first. The wait for the turn, this process's (mu) and the
+// directory's (flock) together, is bounded by lockWait: writers queued
+// behind one that waits for a lock another process holds give up with it,
+// rather than each waiting a lockWait of its own in turn.
 func (d *DiskCache) locked(f func(u *usage)) error {
-	d.mu.Lock()
+	deadline := time.Now().Add(d.lockWait)
+	if err := pollUntil(deadline, func() (bool, error) { return d.mu.TryLock(), nil }); err != nil {
+		return d.lockWaitError(err)
+	}
 	defer d.mu.Unlock()
-	return d.turn(f, flockWait)
+	return d.turn(f, func(fd int) error {
+		return d.lockWaitError(pollUntil(deadline, func() (bool, error) {
+			switch err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); {
+			case err == nil:
+				return true, nil
+			case errors.Is(err, unix.EINTR), errors.Is(err, unix.EWOULDBLOCK):
+				return false, nil
+			default:
+				return false, fmt.Errorf("cache directory lock: %w", err)
+			}
+		}))
+	})
+}
+
+// lockWaitError says that a turn at the lock was not had in lockWait, for
+// errTimedOut; other errors are returned as they are.
+func (d *DiskCache) lockWaitError(err error) error {
+	if errors.Is(err, errTimedOut) {
+		return fmt.Errorf("the cache directory's lock was held by another process, or by this one's other writers waiting for it, for over %v", d.lockWait)
+	}
+	return err
 }
 
 // tryLocked is locked if the lock is free now; it reports whether f ran.
@@ -276,20 +302,23 @@ func (d *DiskCache) turn(f func(u *usage), take func(fd int) error) error {
 	return nil
 }
 
-// flockWait takes the exclusive lock of fd, waiting at most lockWait.
-func flockWait(fd int) error {
+// errTimedOut is pollUntil's error when the deadline passes.
+var errTimedOut = errors.New("timed out")
+
+// pollUntil calls try until it succeeds (true), fails (an error), or the
+// deadline passes (errTimedOut), with pauses from 50 µs up to 5 ms in
+// between: locks that have no wait with a timeout of their own (a flock,
+// a sync.Mutex) are polled so.
+func pollUntil(deadline time.Time, try func() (bool, error)) error {
 	pause := 50 * time.Microsecond
-	for deadline := time.Now().Add(lockWait); ; {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		switch {
-		case err == nil:
+	for {
+		switch ok, err := try(); {
+		case err != nil:
+			return err
+		case ok:
 			return nil
-		case errors.Is(err, unix.EINTR):
-			continue
-		case !errors.Is(err, unix.EWOULDBLOCK):
-			return fmt.Errorf("cache directory lock: %w", err)
 		case time.Now().After(deadline):
-			return errLockWait
+			return errTimedOut
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 5*time.Millisecond)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // blockBytes sums the sizes of a cache directory's block files.
@@ -254,5 +256,58 @@ func TestDiskCacheStaleTemp(t *testing.T) {
 	}
 	if d.Used() != diskHeader+1024 {
 		t.Errorf("the count is %d, want the one block (%d)", d.Used(), diskHeader+1024)
+	}
+}
+
+// A turn at the lock waits lockWait at most, however many writers of this
+// process wait with it: while another process holds the directory's lock
+// (stopped, or on a filesystem that hangs), each of many blocks written at
+// once is given up within about lockWait, not after the writers queued
+// before it have each waited theirs.
+func TestDiskCacheLockWaitBound(t *testing.T) {
+	dir := t.TempDir()
+	d, err := OpenDiskCache(dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.lock == nil {
+		t.Skip("no flock on this filesystem: each process counts alone, and nothing waits for another")
+	}
+	d.lockWait = 300 * time.Millisecond
+	// Another process's turn: an open file description of its own.
+	other, err := os.OpenFile(filepath.Join(dir, diskLockName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := unix.Flock(int(other.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	o := d.object("http://h/x", "v", 16<<10, 1024)
+	const writers = 12
+	took := make([]time.Duration, writers)
+	errs := make([]error, writers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = o.store(int64(i), blockOf(4, i, 1024), func(string, ...any) {})
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i := range writers {
+		if errs[i] == nil {
+			t.Errorf("block %d was kept while another process held the lock", i)
+		}
+		if bound := 4 * d.lockWait; took[i] > bound {
+			t.Errorf("block %d was given up after %v: a turn waits %v at most (bound %v)", i, took[i].Round(time.Millisecond), d.lockWait, bound)
+		}
+	}
+	if files := blockFiles(t, dir); len(files) != 0 {
+		t.Errorf("%d block files written without a turn at the lock", len(files))
 	}
 }
