@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // HF is a source that is a file of a repository on the Hugging Face Hub,
@@ -326,7 +325,7 @@ func (s *HF) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure)
 			// checkReply says: the file changed.
 		default:
 			if fromHub && resp.StatusCode/100 != 2 {
-				f, _ := s.hub.hubFailure(ctx, resp, time.Now().Add(s.retryFor), s.ref, s.ref.path)
+				f, _ := s.hub.hubFailure(resp, s.ref, s.ref.path)
 				resp.Body.Close()
 				return nil, f
 			}

@@ -339,6 +339,36 @@ func TestHFPagesAndRateLimit(t *testing.T) {
 	}
 }
 
+// A 429 is waited out as long as its RateLimit header asks, when that is
+// longer than a request's stall timeout (a quarter of RetryFor) and within
+// RetryFor, for a listing and for a read alike: the wait is not cut short
+// into a retry the Hub refuses again.
+func TestHFRateLimitBeyondStall(t *testing.T) {
+	h := hfhub.New(t)
+	h.Push("models", "org/m", "main", map[string]hfhub.File{"a.json": {Data: []byte("a")}})
+	o := &Options{HF: HFOptions{Endpoint: h.URL(), RetryFor: 8 * time.Second}}
+	const wait = 3 * time.Second
+	if stall := StallTimeout(o.HF.RetryFor); stall >= wait {
+		t.Fatalf("the stall timeout %v is not below the wait %v", stall, wait)
+	}
+	ctx := context.Background()
+	h.RateLimit(1, int(wait/time.Second))
+	start := time.Now()
+	src, err := Open(ctx, "hf://org/m/a.json", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	if took := time.Since(start); took < wait {
+		t.Errorf("the open, rate limited for %v, was answered after %v", wait, took.Round(time.Millisecond))
+	}
+	h.RateLimit(1, int(wait/time.Second))
+	start = time.Now()
+	if got := readAll(t, src); string(got) != "a" || time.Since(start) < wait {
+		t.Errorf("a read rate limited for %v: %q after %v", wait, got, time.Since(start).Round(time.Millisecond))
+	}
+}
+
 // A file whose blob the local Hugging Face cache holds, at the pinned
 // hash and the listed size, is read from disk with no request; a blob
 // being written (.incomplete) or of another size is not used.

@@ -188,9 +188,9 @@ func (h *hubClient) transportFailure(err error, ctx context.Context) *failure {
 
 // hubFailure is the failure of a reply of the Hub that is not a success:
 // a *HubError's message for the codes the Hub names, retried for 429
-// (after the wait its RateLimit header asks for, within deadline) and
-// 5xx. what names what was asked for, in the error.
-func (h *hubClient) hubFailure(ctx context.Context, resp *http.Response, deadline time.Time, ref hfRef, what string) (*failure, *HubError) {
+// (after the wait its RateLimit header asks for: failure.after) and 5xx.
+// what names what was asked for, in the error.
+func (h *hubClient) hubFailure(resp *http.Response, ref hfRef, what string) (*failure, *HubError) {
 	f := statusFailure(resp.StatusCode)
 	code := resp.Header.Get("X-Error-Code")
 	msg := resp.Header.Get("X-Error-Message")
@@ -213,17 +213,8 @@ func (h *hubClient) hubFailure(ctx context.Context, resp *http.Response, deadlin
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		hint = fmt.Sprintf("%d %s: the Hub refused the token (check HF_TOKEN)", resp.StatusCode, http.StatusText(resp.StatusCode))
 	case resp.StatusCode == http.StatusTooManyRequests:
-		wait := rateLimitWait(resp.Header)
-		f.reason = fmt.Sprintf("429 Too Many Requests (rate limited; the Hub asks to wait %v)", wait)
-		if wait > 0 && time.Now().Add(wait).Before(deadline) {
-			h.logf("%s: %s: rate limited; waiting %v as the Hub asks", h.name, what, wait)
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
+		f.after = rateLimitWait(resp.Header)
+		f.reason = fmt.Sprintf("429 Too Many Requests (rate limited; the Hub asks to wait %v)", f.after)
 		return f, nil
 	}
 	if hint != "" {
@@ -288,7 +279,6 @@ func (h *hubClient) getJSON(ctx context.Context, target string, ref hfRef, what 
 		ctx, cancel = context.WithTimeout(ctx, h.retryFor)
 		defer cancel()
 	}
-	deadline, _ := ctx.Deadline()
 	f := h.retry(ctx, "GET "+what, func(ctx context.Context) *failure {
 		actx, cancel := context.WithTimeout(ctx, h.stall)
 		defer cancel()
@@ -298,7 +288,7 @@ func (h *hubClient) getJSON(ctx context.Context, target string, ref hfRef, what 
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			f, he := h.hubFailure(actx, resp, deadline, ref, what)
+			f, he := h.hubFailure(resp, ref, what)
 			hubErr = he
 			return f
 		}

@@ -519,6 +519,10 @@ type failure struct {
 	// hint, if set, tells the user what to do about a failure at open.
 	hint string
 	err  error // the transport's error, if one was the reason
+	// after, if not 0, is how long the server asked to be left alone
+	// before the next attempt (a 429's RateLimit): retry pauses that long
+	// at least, or gives up at once when its deadline comes sooner.
+	after time.Duration
 }
 
 type failKind int
@@ -547,7 +551,7 @@ func (r *remote) retry(ctx context.Context, what string, attempt func(ctx contex
 		if !cut || last == nil {
 			last = f
 		}
-		pause := time.Duration(rand.Int64N(int64(min(backoffCap, backoffStart<<min(n, 16))) + 1))
+		pause := max(time.Duration(rand.Int64N(int64(min(backoffCap, backoffStart<<min(n, 16)))+1)), f.after)
 		if cut || !deadline.IsZero() && time.Now().Add(pause).After(deadline) {
 			return r.exhausted(ctx, what, last, n+1, start)
 		}
