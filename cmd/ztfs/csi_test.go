@@ -471,6 +471,39 @@ func TestCSIPublishHFToken(t *testing.T) {
 	p.mustUnpublish("vol-hf", target, pid)
 }
 
+// kubelet passes a pod's service account token in a volume's attributes
+// (csi.storage.k8s.io/serviceAccount.tokens) when a CSIDriver asks for
+// one (tokenRequests): the plugin's record of a volume with no secret of
+// its own keeps the volume's attributes, for a plugin started again, but
+// none of kubelet's, and so never that token.
+func TestCSIKubeletTokenNotRecorded(t *testing.T) {
+	p := startCSI(t, nil, nil)
+	file := fixture("ztensor/v1_1/valid/zstd.zt")
+	const token = "sa-token-5e0f-never-recorded"
+	target := p.target("token")
+	attrs := map[string]string{"source": file, "cacheSize": "16Mi", "csi.storage.k8s.io/ephemeral": "true",
+		"csi.storage.k8s.io/pod.name":              "loader",
+		"csi.storage.k8s.io/serviceAccount.tokens": `{"":{"token":"` + token + `","expirationTimestamp":"2030-01-01T00:00:00Z"}}`}
+	p.mustPublish("vol-token", target, attrs, nil)
+	pid := volumeServer(t, target)
+	records := readTree(t, filepath.Join(p.state, "volumes"))
+	if !strings.Contains(records, `"cacheSize": "16Mi"`) {
+		t.Errorf("the record lacks the volume's own attributes, which a plugin started again serves it anew from:\n%s", records)
+	}
+	for what, text := range map[string]string{"the plugin's records": records, "the plugin's log": mustRead(t, p.log),
+		"the server's log": readServerLogs(t, p), "the servers' state": readTree(t, filepath.Join(p.state, "servers"))} {
+		if strings.Contains(text, token) || strings.Contains(text, "serviceAccount.tokens") {
+			t.Errorf("%s holds kubelet's service account token", what)
+		}
+	}
+	// The same volume published again (requiresRepublish) is the same.
+	p.mustPublish("vol-token", target, attrs, nil)
+	if again := volumeServer(t, target); again != pid {
+		t.Errorf("publishing again started another server (%d, was %d)", again, pid)
+	}
+	p.mustUnpublish("vol-token", target, pid)
+}
+
 // cleanEnv is the test's environment without what would reach a source
 // by another way than the volume's own attributes and secret.
 func cleanEnv() []string {

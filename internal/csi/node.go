@@ -77,7 +77,7 @@ func (p *Plugin) publish(ctx context.Context, id, target string, vol Volume, att
 	if secret.Empty() && vol.Name() == vol.Source {
 		// Nothing secret: a plugin started again serves the volume
 		// anew from its record if its server died.
-		rec.Attributes = attrs
+		rec.Attributes = ownAttributes(attrs)
 	}
 	st, err := inspectTarget(target)
 	if err != nil {

@@ -30,7 +30,8 @@ type record struct {
 	// --metrics-addr), if it does: records.metricsSocket(Target).
 	MetricsSocket string    `json:"metrics_socket,omitempty"`
 	Since         time.Time `json:"published"`
-	// Attributes are the volume's, kept when it has no secret (no
+	// Attributes are the volume's own (none of kubelet's, which may hold
+	// the pod's service account token), kept when it has no secret (no
 	// nodePublishSecretRef, no credentials in its source), so that a
 	// plugin started again serves it anew without waiting for kubelet.
 	Attributes map[string]string `json:"attributes,omitempty"`

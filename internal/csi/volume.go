@@ -211,6 +211,20 @@ func withRevision(src, rev string) (string, error) {
 	return out, nil
 }
 
+// ownAttributes returns the volume's own attributes (attributeKeys)
+// without kubelet's, which may hold a secret: the pod's service account
+// token (csi.storage.k8s.io/serviceAccount.tokens), when a CSIDriver asks
+// for one.
+func ownAttributes(attrs map[string]string) map[string]string {
+	own := make(map[string]string, len(attributeKeys))
+	for _, k := range attributeKeys {
+		if v, ok := attrs[k]; ok {
+			own[k] = v
+		}
+	}
+	return own
+}
+
 // Digest identifies what a volume's attributes ask for (kubelet's own keys
 // left out), so that a second publish of a target can tell the same volume
 // from another one.
