@@ -3,7 +3,7 @@
 // sources, the on-disk cache, and whether its source changed. Each mount
 // has a Registry of its own (no global state: no default registerer), and
 // the layers below are given small hooks that know nothing of Prometheus
-// (fusefs.ReadObserver, source.Observers, pipeline.Options.Decoded), whose
+// (fs.ReadObserver, source.Observers, pipeline.Options.Decoded), whose
 // counters are resolved once, so that counting costs a few atomic
 // additions per read. Listen exposes the registry at /metrics over TCP or
 // a unix socket; SocketGatherer reads a mount's socket with labels added,
@@ -119,7 +119,7 @@ func New(o Options) *Mount {
 // Registry returns the mount's registry.
 func (m *Mount) Registry() *prometheus.Registry { return m.reg }
 
-// ObserveRead counts one FUSE read (fusefs.ReadObserver).
+// ObserveRead counts one FUSE read (fs.ReadObserver).
 func (m *Mount) ObserveRead(kind tree.Kind, n int, took time.Duration, err error) {
 	if kind >= tree.NumKinds {
 		kind = tree.KindFile
@@ -258,7 +258,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 // Reads tallies a mount's reads for its status: the errors, the last one
 // and when it came; and, with a Mount, counts them in its metrics
-// (fusefs.ReadObserver).
+// (fs.ReadObserver).
 type Reads struct {
 	m      *Mount // nil: no metrics
 	errors atomic.Int64
@@ -277,7 +277,7 @@ func NewReads(m *Mount) *Reads { return &Reads{m: m, failed: make(chan struct{},
 // any number of failures since the last receive).
 func (r *Reads) Failed() <-chan struct{} { return r.failed }
 
-// ObserveRead implements fusefs.ReadObserver.
+// ObserveRead implements fs.ReadObserver.
 func (r *Reads) ObserveRead(kind tree.Kind, n int, took time.Duration, err error) {
 	if err != nil {
 		r.errors.Add(1)

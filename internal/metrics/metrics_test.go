@@ -305,7 +305,7 @@ func TestListenErrors(t *testing.T) {
 // counted: the tally of every mount (off) and with the Prometheus families
 // of --metrics-addr (on), from one goroutine and from as many as there are
 // cores at once (the counters are shared). A FUSE read of 128 KiB takes
-// tens of microseconds (BenchmarkReadObserved in internal/fusefs).
+// tens of microseconds (BenchmarkReadObserved in fs).
 func BenchmarkObserveRead(b *testing.B) {
 	for _, v := range []struct {
 		name  string

@@ -4,8 +4,8 @@
 // top-level "version" key, sp_-prefixed simple_packing parameters and, when
 // hashing, the per-frame HASH_PRESENT flag on every frame. Frames, padding,
 // index and hash frames are laid out (unless Message.Unpadded asks for no
-// padding) as upstream's buffered encoder (framing.rs encode_message) and
-// streaming encoder (streaming.rs) lay them out, and every CBOR item is
+// padding) as upstream's buffered and streaming encoders lay them out
+// (docs/formats/tensogram.md, "Messages"), and every CBOR item is
 // canonical in upstream's sense: map keys sorted by their encoded bytes,
 // shortest integers and floats. Given the same inputs and the same _reserved_
 // provenance (upstream's time and uuid), the output is byte-identical to

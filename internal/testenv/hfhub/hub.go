@@ -1,8 +1,9 @@
 // Package hfhub is a stand-in for the Hugging Face Hub in tests: two
 // HTTP servers on 127.0.0.1, the Hub's origin and a storage origin on
 // another port, answering the routes and headers the Hub's own clients
-// use (huggingface_hub's hf_api.py and file_download.py, the
-// @huggingface/hub JavaScript client): a revision resolved to a commit
+// use (the huggingface_hub Python library, and the @huggingface/hub
+// JavaScript client, which TestHFStandInAgainstHubJS runs against it): a
+// revision resolved to a commit
 // (/api/{models|datasets}/ORG/REPO/revision/REV), a folder listed in pages
 // linked by a Link: <…>; rel="next" header (/api/.../tree/REV[/PATH]), and
 // a file's bytes (/[datasets/]ORG/REPO/resolve/REV/PATH): a small file
