@@ -12,8 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,4 +202,89 @@ func TestMountRetriesShown(t *testing.T) {
 	if got := mustRead(t, filepath.Join(mnt, "tensors/compressed/data")); len(got) != 4000 {
 		t.Errorf("compressed/data: %d bytes", len(got))
 	}
+}
+
+// Ctrl-C on a mount that waits for its server to be ready (a source that
+// answers 503, retried for --retry-for) ends the background server too:
+// nothing keeps retrying behind the user's back, and nothing is mounted
+// once the source answers.
+func TestMountInterruptedWhileRetrying(t *testing.T) {
+	testenv.RequireFUSE(t)
+	base, _ := testenv.StartNginx(t, fixtures.Dir(), false)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var mu sync.Mutex
+	busy, asked := true, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fail := busy
+		asked++
+		mu.Unlock()
+		if fail {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	mnt := t.TempDir()
+	cmd := exec.Command(binary, "mount", "--retry-for", "60s", srv.URL+"/ztensor/v1_1/valid/zstd.zt", mnt)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	defer syscall.Unmount(mnt, syscall.MNT_DETACH)
+	waitFor(t, "the server's first request", func() bool { mu.Lock(); defer mu.Unlock(); return asked > 0 })
+	pid := backgroundServer(t, mnt)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+			t.Errorf("an interrupted mount: %v, want a failure\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the interrupted mount has not returned in 10 s\n%s", stderr.String())
+	}
+	if !processGone(pid) {
+		t.Errorf("the background server (pid %d) still runs after the mount was interrupted", pid)
+	}
+	// The source answers again: nothing is mounted behind the user's back.
+	mu.Lock()
+	busy = false
+	mu.Unlock()
+	time.Sleep(2 * time.Second)
+	if typ, _ := mountType(mnt); typ != "" {
+		t.Errorf("%s is mounted (%s) after the mount was interrupted", mnt, typ)
+	}
+	t.Logf("interrupted mount: %s", strings.TrimSpace(stderr.String()))
+}
+
+// backgroundServer returns the pid of the background server of a mount at
+// mnt that the command ztfs mount started (--ready-fd), not the command's.
+func backgroundServer(t *testing.T, mnt string) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range procs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) > 2 && args[1] == "mount" && args[len(args)-1] == mnt && slices.Contains(args, "--ready-fd") {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+			return pid
+		}
+	}
+	t.Fatalf("no background server for %s", mnt)
+	return 0
 }

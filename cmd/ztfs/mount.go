@@ -579,6 +579,22 @@ func startBackground(source, mountpoint string) error {
 	w.Close()
 	// A server that exited before it read its secrets says why below.
 	_ = send()
+	// Ctrl-C (or SIGTERM) before the mount serves stops the server too:
+	// the user gave up on the mount, which a server left retrying its
+	// source would otherwise make later, behind their back.
+	interrupt := make(chan os.Signal, 1)
+	signal.Notify(interrupt, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(interrupt)
+	caught := make(chan os.Signal, 1)
+	watching := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-interrupt:
+			_ = child.Process.Signal(syscall.SIGTERM)
+			caught <- sig
+		case <-watching:
+		}
+	}()
 	var line string
 	var hints []string
 	sc := bufio.NewScanner(r)
@@ -596,6 +612,15 @@ func startBackground(source, mountpoint string) error {
 		if strings.TrimSpace(l) != "" {
 			line = l
 		}
+	}
+	close(watching)
+	select {
+	case sig := <-caught:
+		// A server that had mounted unmounts on its SIGTERM.
+		waitExit(child.Process.Pid, serverExitWait)
+		_ = child.Process.Release()
+		return fmt.Errorf("%s: interrupted (%v) before the mount served; its server is stopped, nothing is mounted", mountpoint, sig)
+	default:
 	}
 	if line == "ready" {
 		_ = child.Process.Release()
