@@ -26,6 +26,7 @@ import (
 	"github.com/ztfs/ztfs/cache"
 	"github.com/ztfs/ztfs/fs"
 	"github.com/ztfs/ztfs/internal/metrics"
+	"github.com/ztfs/ztfs/internal/mountproc"
 	"github.com/ztfs/ztfs/internal/pipeline"
 	"github.com/ztfs/ztfs/internal/secrets"
 	"github.com/ztfs/ztfs/internal/session"
@@ -388,11 +389,6 @@ func limitMemory(cacheSize sizeFlag, logf func(string, ...any), notify func(stri
 	}
 }
 
-// busyRetry is how long a server that is told to stop tries to unmount a
-// busy mount, once the reads waiting on a remote server have failed and
-// their readers could let go, before it detaches the mount lazily.
-const busyRetry = 2 * time.Second
-
 // stopServing unmounts the mount at mountpoint for a server told to stop
 // (SIGINT, SIGTERM). A mount that is not busy is unmounted; requests still
 // being answered then can only be of readers that are gone, and the
@@ -403,12 +399,8 @@ const busyRetry = 2 * time.Second
 // at once, files still open keep reading (what is at hand, for a remote
 // source), and the server exits when the last is closed.
 func stopServing(s *session.Session, mountpoint string, logf func(string, ...any)) {
-	err := unmount(mountpoint, false)
+	err := mountproc.RetryBusy(func() error { return unmount(mountpoint, false) }, s.CloseRemote)
 	s.CloseRemote()
-	for start := time.Now(); errors.Is(err, syscall.EBUSY) && time.Since(start) < busyRetry; {
-		time.Sleep(50 * time.Millisecond)
-		err = unmount(mountpoint, false)
-	}
 	if err == nil {
 		return
 	}
@@ -617,7 +609,7 @@ func startBackground(source, mountpoint string) error {
 	select {
 	case sig := <-caught:
 		// A server that had mounted unmounts on its SIGTERM.
-		waitExit(child.Process.Pid, serverExitWait)
+		mountproc.WaitExited(child.Process.Pid, mountproc.ExitWait)
 		_ = child.Process.Release()
 		return fmt.Errorf("%s: interrupted (%v) before the mount served; its server is stopped, nothing is mounted", mountpoint, sig)
 	default:

@@ -10,9 +10,10 @@ import (
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ztfs/ztfs/internal/mountproc"
 )
 
 func newUnmountCommand() *cobra.Command {
@@ -72,17 +73,10 @@ func runUnmount(mountpoint string, lazy bool) error {
 	if !dead {
 		pid = serverOf(abs)
 	}
-	err = unmount(abs, lazy)
-	if errors.Is(err, syscall.EBUSY) && pid > 0 {
-		// Readers waiting on a remote server that does not answer keep
-		// the mount busy: their server fails those reads now (SIGUSR1),
-		// and readers that let go free the mount.
-		syscall.Kill(pid, syscall.SIGUSR1)
-		for start := time.Now(); errors.Is(err, syscall.EBUSY) && time.Since(start) < busyRetry; {
-			time.Sleep(50 * time.Millisecond)
-			err = unmount(abs, lazy)
-		}
-	}
+	// Readers waiting on a remote server that does not answer keep the
+	// mount busy: their server fails those reads (SIGUSR1), and readers
+	// that let go free the mount.
+	err = mountproc.RetryBusy(func() error { return unmount(abs, lazy) }, signalReads(pid))
 	if err != nil {
 		if errors.Is(err, syscall.EBUSY) {
 			return withCode(exitError, fmt.Errorf("%s: busy (a process is using it); use -z to detach it lazily", mountpoint))
@@ -93,26 +87,19 @@ func runUnmount(mountpoint string, lazy bool) error {
 		fmt.Fprintf(os.Stderr, "ztfs: %s: its server had exited; the stale mount is removed\n", mountpoint)
 	}
 	if pid > 0 && !lazy {
-		waitExit(pid, serverExitWait)
+		mountproc.WaitExited(pid, mountproc.ExitWait)
 	}
 	return nil
 }
 
-// serverExitWait bounds how long unmount waits for the server of the mount
-// to exit: it closes its sources, which cancels what it waits for.
-const serverExitWait = 5 * time.Second
-
-// waitExit waits until process pid has exited (or is a zombie), for at
-// most d.
-func waitExit(pid int, d time.Duration) {
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(b), ") Z ") {
-			return
-		}
+// signalReads returns what makes the server pid fail the reads of its
+// mount that wait on a remote server (SIGUSR1, runMount), nil for no
+// server known (0).
+func signalReads(pid int) func() {
+	if pid <= 0 {
+		return nil
 	}
+	return func() { syscall.Kill(pid, syscall.SIGUSR1) }
 }
 
 // serverOf returns the pid of the server of the mount at mountpoint (an

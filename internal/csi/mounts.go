@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	mount "k8s.io/mount-utils"
+
+	"github.com/ztfs/ztfs/internal/mountproc"
 )
 
 // targetState is what the mount table says of a target path.
@@ -62,15 +62,6 @@ func resolveTarget(target string) string {
 	return filepath.Join(dir, filepath.Base(target))
 }
 
-// busyRetry is how long unmountTarget retries a busy mount once the
-// server was told to fail the reads that wait on a remote server, before
-// it detaches the mount lazily.
-const busyRetry = 2 * time.Second
-
-// serverExitWait bounds the wait for a volume's server to exit once its
-// mount is gone: it closes its sources, which cancels what it waits for.
-const serverExitWait = 5 * time.Second
-
 // unmountTarget unmounts the volume at target, served by pid (0 if not
 // known). A mount whose server died is detached at once. A busy mount's
 // server is sent SIGUSR1 (what ztfs unmount does: the reads waiting on a
@@ -81,14 +72,11 @@ func unmountTarget(target string, pid int, dead bool, logf func(string, ...any))
 	if dead {
 		return syscall.Unmount(target, syscall.MNT_DETACH)
 	}
-	err := syscall.Unmount(target, 0)
-	if errors.Is(err, syscall.EBUSY) && pid > 0 {
-		syscall.Kill(pid, syscall.SIGUSR1)
-		for start := time.Now(); errors.Is(err, syscall.EBUSY) && time.Since(start) < busyRetry; {
-			time.Sleep(50 * time.Millisecond)
-			err = syscall.Unmount(target, 0)
-		}
+	var letGo func()
+	if pid > 0 {
+		letGo = func() { syscall.Kill(pid, syscall.SIGUSR1) }
 	}
+	err := mountproc.RetryBusy(func() error { return syscall.Unmount(target, 0) }, letGo)
 	if errors.Is(err, syscall.EBUSY) {
 		logf("%s: busy; detaching it lazily", target)
 		err = syscall.Unmount(target, syscall.MNT_DETACH)
@@ -157,26 +145,5 @@ func serving(pid int, target string) bool {
 		return false
 	}
 	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	return len(args) > 2 && contains(args[1:], "mount") && args[len(args)-1] == target && !exited(pid)
-}
-
-// exited reports whether process pid is gone or a zombie.
-func exited(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return true
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return err != nil || strings.Contains(string(b), ") Z ")
-}
-
-// waitExited waits until process pid has exited, for at most d.
-func waitExited(pid int, d time.Duration) bool {
-	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if exited(pid) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
+	return len(args) > 2 && contains(args[1:], "mount") && args[len(args)-1] == target && !mountproc.Exited(pid)
 }

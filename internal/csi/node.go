@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ztfs/ztfs/internal/mountproc"
 	"github.com/ztfs/ztfs/internal/secrets"
 )
 
@@ -209,8 +210,8 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 		}
 		os.Remove(mountpoint)
 	}
-	if pid > 0 && !waitExited(pid, serverExitWait) {
-		n.p.cfg.Logf("%s: server pid %d still running %s after the unmount", target, pid, serverExitWait)
+	if pid > 0 && !mountproc.WaitExited(pid, mountproc.ExitWait) {
+		n.p.cfg.Logf("%s: server pid %d still running %s after the unmount", target, pid, mountproc.ExitWait)
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "%s: removing the target: %v", target, err)
