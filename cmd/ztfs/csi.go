@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -189,7 +188,7 @@ type volumeServers struct {
 func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, error) {
 	v := req.Volume
 	// allow_other: the pods reading the volume run as any user.
-	args := append([]string{"mount", "--ready-fd", "3", "--log-file", req.LogFile, "-o", "allow_other"}, s.args...)
+	args := append([]string{"--log-file", req.LogFile, "-o", "allow_other"}, s.args...)
 	if v.CacheSize > 0 {
 		args = append(args, "--cache-size", strconv.FormatInt(v.CacheSize, 10))
 	}
@@ -211,39 +210,11 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 		// A URL's credentials go with the other secrets.
 		secret.Source, src = src, name
 	}
-	r, w, err := os.Pipe()
+	child, r, err := startServer(s.exe, args, []string{"--", src, req.Target}, s.environ(v), secret)
 	if err != nil {
 		return 0, err
 	}
 	defer r.Close()
-	child := exec.Command(s.exe)
-	child.ExtraFiles = []*os.File{w}
-	child.Env = s.environ(v)
-	send := func() error { return nil }
-	if !secret.Empty() {
-		fd, sendSecrets, err := secrets.Pass(child, secret)
-		if err != nil {
-			w.Close()
-			return 0, err
-		}
-		args = append(args, "--secrets-fd", strconv.Itoa(fd))
-		send = sendSecrets
-	}
-	child.Args = append(append([]string{s.exe}, args...), "--", src, req.Target)
-	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		w.Close()
-		return 0, err
-	}
-	defer devnull.Close()
-	child.Stdin, child.Stdout, child.Stderr = devnull, devnull, devnull
-	if err := child.Start(); err != nil {
-		w.Close()
-		return 0, err
-	}
-	w.Close()
-	_ = send() // a server that exited before it read them says why below
 	pid := child.Process.Pid
 
 	// The ready pipe's lines, until the server closes it (ready, or

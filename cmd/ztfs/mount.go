@@ -527,11 +527,6 @@ func startBackground(source, mountpoint string) error {
 	if err != nil {
 		return err
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
 	secret, environ := secrets.FromEnv(os.Environ())
 	userArgs := serverArgs(os.Args[1:])
 	if name := session.Name(source); name != source {
@@ -542,35 +537,11 @@ func startBackground(source, mountpoint string) error {
 			}
 		}
 	}
-	args := []string{"mount", "--ready-fd", "3"}
-	child := exec.Command(exe)
-	child.ExtraFiles = []*os.File{w}
-	child.Env = environ
-	send := func() error { return nil }
-	if !secret.Empty() {
-		fd, sendSecrets, err := secrets.Pass(child, secret)
-		if err != nil {
-			w.Close()
-			return err
-		}
-		args = append(args, "--secrets-fd", strconv.Itoa(fd))
-		send = sendSecrets
-	}
-	child.Args = append(append([]string{exe}, args...), userArgs...)
-	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	child, r, err := startServer(exe, nil, userArgs, environ, secret)
 	if err != nil {
 		return err
 	}
-	defer devnull.Close()
-	child.Stdin, child.Stdout, child.Stderr = devnull, devnull, devnull
-	if err := child.Start(); err != nil {
-		w.Close()
-		return err
-	}
-	w.Close()
-	// A server that exited before it read its secrets says why below.
-	_ = send()
+	defer r.Close()
 	// Ctrl-C (or SIGTERM) before the mount serves stops the server too:
 	// the user gave up on the mount, which a server left retrying its
 	// source would otherwise make later, behind their back.
@@ -623,6 +594,52 @@ func startBackground(source, mountpoint string) error {
 		return fmt.Errorf("%s: the server exited before the mount was ready (%v)", mountpoint, state)
 	}
 	return &hintedError{errors.New(line), hints}
+}
+
+// startServer starts exe as a mount's background server: ztfs mount
+// --ready-fd 3, the flags args and the arguments rest, in the environment
+// env, in a session of its own (it outlives its starter) with no terminal,
+// and its secrets, if any, on a pipe (--secrets-fd), never in its command
+// line or environment. It returns the process and the read end of its
+// ready pipe, which the caller reads until the server closes it (ready, or
+// why not) and then closes.
+func startServer(exe string, args, rest, env []string, secret secrets.Set) (*exec.Cmd, *os.File, error) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer w.Close() // the server has its own
+	child := exec.Command(exe)
+	child.ExtraFiles = []*os.File{w}
+	child.Env = env
+	args = append([]string{"mount", "--ready-fd", "3"}, args...)
+	send := func() error { return nil }
+	if !secret.Empty() {
+		fd, sendSecrets, err := secrets.Pass(child, secret)
+		if err != nil {
+			r.Close()
+			return nil, nil, err
+		}
+		args = append(args, "--secrets-fd", strconv.Itoa(fd))
+		send = sendSecrets
+	}
+	child.Args = append(append([]string{exe}, args...), rest...)
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	child.Stdin, child.Stdout, child.Stderr = devnull, devnull, devnull
+	if err := child.Start(); err != nil {
+		r.Close()
+		_ = send() // closes the secrets' pipe, which no one reads
+		return nil, nil, err
+	}
+	// A server that exited before it read its secrets says why on the
+	// ready pipe.
+	_ = send()
+	return child, r, nil
 }
 
 // warningPrefix marks a line on the ready pipe to show as it is; hintPrefix
