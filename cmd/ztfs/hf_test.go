@@ -230,6 +230,8 @@ func TestHFMountErrors(t *testing.T) {
 		{"hf://org/docs", "hf://org/docs: no tensor file in the folder: none of README.md is zTensor", nil},
 		{"hf://spaces/org/app", "hf://spaces/org/app: not a Hugging Face URL: spaces are not mounted", nil},
 		{"ftp://host/model.safetensors", `ftp://host/model.safetensors: unsupported URL scheme "ftp"`, nil},
+		// A token typed into the URL is refused and never shown.
+		{"hf://user:" + hfTestToken + "@org/model", "hf://org/model: not a Hugging Face URL: it holds user information", nil},
 	} {
 		for k, v := range tc.env {
 			t.Setenv(k, v)

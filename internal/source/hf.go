@@ -67,8 +67,9 @@ func (s *HF) ContentSHA256() string { return s.sha256 }
 var hfScheme = &Scheme{
 	Name:     "hf",
 	Prefixes: []string{"hf://"},
-	// An hf:// URL holds no credential: the token is an option.
-	Redact:    func(rawURL string) string { return rawURL },
+	// An hf:// URL holds no credential (the token is an option), but one
+	// typed with user information anyway must not show it.
+	Redact:    redactHF,
 	Stat:      statHF,
 	Open:      openHF,
 	OpenEntry: openHFEntry,

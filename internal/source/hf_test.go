@@ -15,6 +15,26 @@ import (
 
 // The URL forms of the Hub, parsed as huggingface_hub's parse_hf_uri
 // parses them.
+func TestRedactHF(t *testing.T) {
+	for raw, want := range map[string]string{
+		"hf://user:s3cr3t@org/repo":          "hf://org/repo",
+		"hf://s3cr3t@org/repo@main/a":        "hf://org/repo@main/a",
+		"hf://org/repo@main":              "hf://org/repo@main",
+		"hf://datasets/org/repo@v1/x@y.t": "hf://datasets/org/repo@v1/x@y.t",
+		"hf://a:s3cr3t@c@org/repo":             "hf://org/repo",
+	} {
+		if got := redactHF(raw); got != want {
+			t.Errorf("redactHF(%q) = %q, want %q", raw, got, want)
+		}
+		if _, err := parseHF(raw); err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("parseHF(%q): %v shows the user information", raw, err)
+		}
+	}
+	if _, err := parseHF("hf://user:s3cr3t@org/repo"); err == nil {
+		t.Error("parseHF accepts user information")
+	}
+}
+
 func TestParseHF(t *testing.T) {
 	for raw, want := range map[string]hfRef{
 		"hf://org/repo":                            {kind: "models", repo: "org/repo"},

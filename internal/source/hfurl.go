@@ -107,19 +107,49 @@ var (
 	hfCommit = regexp.MustCompile(`^[0-9a-f]{40}$`)
 )
 
+// hfUserInfo returns the user information typed before the repository of
+// an hf:// URL body (user:token@org/repo), and the body without it. A
+// repository's owner never holds "@" or ":", and the "@" of a revision
+// comes after the owner's "/", so an "@" in the first segment can only
+// be that.
+func hfUserInfo(body string) (userinfo, rest string) {
+	first, _, _ := strings.Cut(body, "/")
+	if at := strings.LastIndex(first, "@"); at >= 0 {
+		return body[:at], body[at+1:]
+	}
+	return "", body
+}
+
+// redactHF names an hf:// URL without any user information typed in it.
+func redactHF(rawURL string) string {
+	if len(rawURL) < 5 || !strings.EqualFold(rawURL[:5], "hf://") {
+		return rawURL
+	}
+	if userinfo, rest := hfUserInfo(rawURL[5:]); userinfo != "" {
+		return rawURL[:5] + rest
+	}
+	return rawURL
+}
+
 // parseHF parses an hf:// URL.
 func parseHF(rawURL string) (hfRef, error) {
 	bad := func(why string) (hfRef, error) {
-		return hfRef{}, fmt.Errorf("%s: not a Hugging Face URL: %s (hf://ORG/REPO[@REVISION][/PATH], hf://datasets/ORG/REPO...)", rawURL, why)
+		return hfRef{}, fmt.Errorf("%s: not a Hugging Face URL: %s (hf://ORG/REPO[@REVISION][/PATH], hf://datasets/ORG/REPO...)", redactHF(rawURL), why)
 	}
 	if len(rawURL) < 5 || !strings.EqualFold(rawURL[:5], "hf://") {
 		return bad("no hf:// scheme")
 	}
 	body := rawURL[5:]
+	if userinfo, _ := hfUserInfo(body); userinfo != "" {
+		return bad("it holds user information, which is never sent: the token comes from HF_TOKEN, HF_TOKEN_PATH or HF_HOME/token")
+	}
 	if strings.ContainsAny(body, "\x00\\") {
 		return bad("a NUL or a backslash")
 	}
 	r := hfRef{kind: "models"}
+	// Slashes before the first segment are dropped before it is read as
+	// the kind: hf:///spaces/x is hf://spaces/x, not a repository.
+	body = strings.TrimLeft(body, "/")
 	first, rest, _ := strings.Cut(body, "/")
 	switch first {
 	case "models", "datasets":
