@@ -17,11 +17,11 @@ import (
 // parses them.
 func TestRedactHF(t *testing.T) {
 	for raw, want := range map[string]string{
-		"hf://user:s3cr3t@org/repo":          "hf://org/repo",
-		"hf://s3cr3t@org/repo@main/a":        "hf://org/repo@main/a",
+		"hf://user:s3cr3t@org/repo":       "hf://org/repo",
+		"hf://s3cr3t@org/repo@main/a":     "hf://org/repo@main/a",
 		"hf://org/repo@main":              "hf://org/repo@main",
 		"hf://datasets/org/repo@v1/x@y.t": "hf://datasets/org/repo@v1/x@y.t",
-		"hf://a:s3cr3t@c@org/repo":             "hf://org/repo",
+		"hf://a:s3cr3t@c@org/repo":        "hf://org/repo",
 	} {
 		if got := redactHF(raw); got != want {
 			t.Errorf("redactHF(%q) = %q, want %q", raw, got, want)
