@@ -213,7 +213,7 @@ func (h *hubClient) hubFailure(resp *http.Response, ref hfRef, what string) (*fa
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		hint = fmt.Sprintf("%d %s: the Hub refused the token (check HF_TOKEN)", resp.StatusCode, http.StatusText(resp.StatusCode))
 	case resp.StatusCode == http.StatusTooManyRequests:
-		f.after = rateLimitWait(resp.Header)
+		f.after = serverWait(resp.Header, time.Now())
 		f.reason = fmt.Sprintf("429 Too Many Requests (rate limited; the Hub asks to wait %v)", f.after)
 		return f, nil
 	}
@@ -247,23 +247,6 @@ func oneLine(s string) string {
 		s = s[:200] + "…"
 	}
 	return s
-}
-
-// rateLimitRE reads the IETF RateLimit header the Hub sends with a 429:
-// "api";r=0;t=55 (t: seconds until the window resets).
-var rateLimitRE = regexp.MustCompile(`(?:^|[;,\s])t\s*=\s*(\d{1,9})`)
-
-// rateLimitWait is how long a 429 asks to wait: the RateLimit header's t=,
-// else Retry-After in seconds; 0 when neither says.
-func rateLimitWait(h http.Header) time.Duration {
-	if m := rateLimitRE.FindStringSubmatch(h.Get("RateLimit")); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		return time.Duration(n) * time.Second
-	}
-	if n, err := strconv.Atoi(strings.TrimSpace(h.Get("Retry-After"))); err == nil && n >= 0 && n < 1e9 {
-		return time.Duration(n) * time.Second
-	}
-	return 0
 }
 
 // getJSON asks the API for one JSON reply, retried as reads are (429s

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -413,6 +414,55 @@ func statusFailure(code int) *failure {
 	return f
 }
 
+// replyFailure is statusFailure for a reply whose headers are at hand: a
+// 429 or 503 that says how long to wait (Retry-After) is retried no
+// sooner (failure.after).
+func replyFailure(code int, h http.Header) *failure {
+	return withServerWait(statusFailure(code), h, time.Now())
+}
+
+// withServerWait sets f.after to the wait a 429 or 503 reply with headers
+// h asks for, and says it in f's reason. Other failures are returned as
+// they are.
+func withServerWait(f *failure, h http.Header, now time.Time) *failure {
+	if f == nil || f.kind != transient || f.code != http.StatusTooManyRequests && f.code != http.StatusServiceUnavailable {
+		return f
+	}
+	if wait := serverWait(h, now); wait > 0 {
+		f.after = wait
+		f.reason += fmt.Sprintf(" (the server asks to wait %v)", wait)
+	}
+	return f
+}
+
+// maxServerWait bounds the wait a server may ask for: a read gives up at
+// once when the wait would outlast its deadline, and nothing is
+// worth waiting for longer than this.
+const maxServerWait = time.Hour
+
+// serverWait is how long a reply's headers ask a client to wait before it
+// asks again: the IETF RateLimit header's t= (which the Hub sends), else
+// Retry-After in seconds or as an HTTP date (RFC 9110, section 10.2.3); 0
+// when none says. It is at most maxServerWait.
+func serverWait(h http.Header, now time.Time) time.Duration {
+	var wait time.Duration
+	if m := rateLimitRE.FindStringSubmatch(h.Get("RateLimit")); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		wait = time.Duration(n) * time.Second
+	} else if v := strings.TrimSpace(h.Get("Retry-After")); v == "" {
+		return 0
+	} else if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < 1e9 {
+		wait = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		wait = t.Sub(now)
+	}
+	return min(max(wait, 0), maxServerWait)
+}
+
+// rateLimitRE reads the IETF RateLimit header: "api";r=0;t=55 (t: seconds
+// until the window resets).
+var rateLimitRE = regexp.MustCompile(`(?:^|[;,\s])t\s*=\s*(\d{1,9})`)
+
 // open learns the size and version of the file and that its server
 // honours ranges: a HEAD, or a GET of the first byte where the HEAD does
 // not tell. It retries for RetryFor at most, each attempt for the stall
@@ -438,7 +488,7 @@ func (s *HTTP) open(ctx context.Context) error {
 			probe = true
 			return nil
 		case code/100 != 2:
-			return statusFailure(code)
+			return replyFailure(code, resp.Header)
 		}
 		n, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
 		if err != nil || n < 0 || !strings.Contains(strings.ToLower(resp.Header.Get("Accept-Ranges")), "bytes") {
@@ -479,7 +529,7 @@ func (s *HTTP) open(ctx context.Context) error {
 				}
 				return &failure{kind: fatal, reason: "the server does not honour range requests (200 to a request for byte 0)"}
 			default:
-				return statusFailure(resp.StatusCode)
+				return replyFailure(resp.StatusCode, resp.Header)
 			}
 			s.setVersion(resp.Header)
 			return nil
@@ -539,7 +589,7 @@ func (s *HTTP) get(ctx context.Context, from, end int64) (io.ReadCloser, *failur
 	}
 	if f := checkReply(resp.StatusCode, resp.Header.Get("Content-Range"), cl, resp.Header.Get("ETag"), from, end-1, s.size, s.etag); f != nil {
 		resp.Body.Close()
-		return nil, f
+		return nil, withServerWait(f, resp.Header, time.Now())
 	}
 	return resp.Body, nil
 }

@@ -434,8 +434,9 @@ func TestHTTPFaults(t *testing.T) {
 		retryFor time.Duration
 		fails    string // how the read's error starts after the URL, or "" if the read succeeds
 		within   time.Duration
-		requests int  // at least this many GETs
-		resumes  bool // a retry asks for the bytes not received only
+		requests int           // at least this many GETs
+		resumes  bool          // a retry asks for the bytes not received only
+		atLeast  time.Duration // the read takes at least this long
 	}{
 		{"503 three times", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
 			k := 0
@@ -447,7 +448,7 @@ func TestHTTPFaults(t *testing.T) {
 				}
 				return false
 			}
-		}, 0, "", 0, 4, false},
+		}, 0, "", 0, 4, false, 0},
 		{"429 once", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
 			k := 0
 			return func(n int, w http.ResponseWriter, r *http.Request) bool {
@@ -458,7 +459,45 @@ func TestHTTPFaults(t *testing.T) {
 				}
 				return false
 			}
-		}, 0, "", 0, 2, false},
+		}, 0, "", 0, 2, false, 0},
+		// The server's wait is honoured, not the shorter backoff.
+		{"429 asking to wait 2 s", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
+			k := 0
+			return func(n int, w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodGet && k < 1 {
+					k++
+					w.Header().Set("Retry-After", "2")
+					http.Error(w, "slow down", http.StatusTooManyRequests)
+					return true
+				}
+				return false
+			}
+		}, 0, "", 0, 2, false, 2 * time.Second},
+		{"503 asking to wait until a date", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
+			k := 0
+			return func(n int, w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodGet && k < 1 {
+					k++
+					// An HTTP date has whole seconds: 3 s from now is 2 s
+					// at least.
+					w.Header().Set("Retry-After", time.Now().Add(3*time.Second).UTC().Format(http.TimeFormat))
+					http.Error(w, "busy", http.StatusServiceUnavailable)
+					return true
+				}
+				return false
+			}
+		}, 0, "", 0, 2, false, 2 * time.Second},
+		// A wait longer than the read may take fails the read at once.
+		{"429 asking to wait beyond the deadline", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
+			return func(n int, w http.ResponseWriter, r *http.Request) bool {
+				if r.Method == http.MethodGet {
+					w.Header().Set("Retry-After", "120")
+					http.Error(w, "slow down", http.StatusTooManyRequests)
+					return true
+				}
+				return false
+			}
+		}, 5 * time.Second, "bytes 0-1048575: 429 Too Many Requests (the server asks to wait 2m0s) (gave up after 1 attempt in ", time.Second, 1, false, 0},
 		{"connection reset mid-body twice", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
 			k := 0
 			return func(n int, w http.ResponseWriter, r *http.Request) bool {
@@ -469,7 +508,7 @@ func TestHTTPFaults(t *testing.T) {
 				}
 				return false
 			}
-		}, 0, "", 0, 3, true},
+		}, 0, "", 0, 3, true, 0},
 		{"503 for ever", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
 			return func(n int, w http.ResponseWriter, r *http.Request) bool {
 				if r.Method == http.MethodGet {
@@ -478,13 +517,13 @@ func TestHTTPFaults(t *testing.T) {
 				}
 				return false
 			}
-		}, 2 * time.Second, "bytes 0-1048575: 503 Service Unavailable (gave up after ", 5 * time.Second, 2, false},
+		}, 2 * time.Second, "bytes 0-1048575: 503 Service Unavailable (gave up after ", 5 * time.Second, 2, false, 0},
 		{"200 instead of 206", func(p *proxy) func(int, http.ResponseWriter, *http.Request) bool {
 			return func(n int, w http.ResponseWriter, r *http.Request) bool {
 				r.Header.Del("Range")
 				return false
 			}
-		}, 0, "bytes 0-1048575: the server ignored the range (200 instead of 206)", time.Second, 1, false},
+		}, 0, "bytes 0-1048575: the server ignored the range (200 instead of 206)", time.Second, 1, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := startProxy(t, srv.base)
@@ -496,6 +535,9 @@ func TestHTTPFaults(t *testing.T) {
 			start := time.Now()
 			n, err := src.ReadAt(buf, 1000)
 			took := time.Since(start)
+			if took < tc.atLeast {
+				t.Errorf("the read took %v: the server asked to wait %v", took, tc.atLeast)
+			}
 			if tc.fails == "" {
 				if n != len(buf) || err != nil || !bytes.Equal(buf, data[1000:1000+n]) {
 					t.Errorf("ReadAt: %d bytes, %v", n, err)
@@ -875,4 +917,39 @@ func TestHTTPRedirect(t *testing.T) {
 		t.Errorf("a read redirected to a dead host: %v; log:\n%s", err, l.all())
 	}
 	t.Logf("the read's error: %v", err)
+}
+
+// The wait a reply asks for, in each of the ways a server says it.
+func TestServerWait(t *testing.T) {
+	now := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		header map[string]string
+		want   time.Duration
+	}{
+		{nil, 0},
+		{map[string]string{"Retry-After": "7"}, 7 * time.Second},
+		{map[string]string{"Retry-After": " 0 "}, 0},
+		{map[string]string{"Retry-After": "-3"}, 0},
+		{map[string]string{"Retry-After": "soon"}, 0},
+		{map[string]string{"Retry-After": "999999999"}, maxServerWait},
+		{map[string]string{"Retry-After": "Sun, 06 Dec 2026 08:00:30 GMT"}, 30 * time.Second},
+		{map[string]string{"Retry-After": "Sun, 06 Dec 2026 07:59:00 GMT"}, 0},
+		{map[string]string{"RateLimit": `"api";r=0;t=55`, "Retry-After": "7"}, 55 * time.Second},
+		{map[string]string{"RateLimit": `"api";r=10`, "Retry-After": "7"}, 7 * time.Second},
+	} {
+		h := http.Header{}
+		for k, v := range tc.header {
+			h.Set(k, v)
+		}
+		if got := serverWait(h, now); got != tc.want {
+			t.Errorf("serverWait(%v) = %v, want %v", tc.header, got, tc.want)
+		}
+	}
+	// Only a 429 or a 503 is waited for as it asks.
+	h := http.Header{"Retry-After": {"7"}}
+	for code, want := range map[int]time.Duration{429: 7 * time.Second, 503: 7 * time.Second, 500: 0, 502: 0, 404: 0} {
+		if f := replyFailure(code, h); f.after != want {
+			t.Errorf("a %d with Retry-After 7 waits %v, want %v", code, f.after, want)
+		}
+	}
 }

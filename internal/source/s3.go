@@ -248,6 +248,9 @@ func (s *S3) failure(err error, ctx context.Context) *failure {
 		if errors.As(err, &api) && api.ErrorCode() != "" && api.ErrorCode() != strings.ReplaceAll(http.StatusText(code), " ", "") {
 			f.reason += " (" + s.scrub(api.ErrorCode()) + ")"
 		}
+		if re.Response != nil && re.Response.Response != nil {
+			f = withServerWait(f, re.Response.Header, time.Now())
+		}
 		return f
 	}
 	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil && errors.Is(err, context.Canceled) {

@@ -83,6 +83,35 @@ func TestS3Faults(t *testing.T) {
 			t.Errorf("the retries were not logged:\n%s", logs.all())
 		}
 	})
+	// A SlowDown that says how long to wait is retried no sooner.
+	t.Run("503 asking to wait", func(t *testing.T) {
+		src, p, logs := openS3Proxied(t, "k", data, S3Options{MaxAhead: -1})
+		var once sync.Once
+		p.setFault(func(n int, w http.ResponseWriter, r *http.Request) bool {
+			hit := false
+			if r.Method == http.MethodGet {
+				once.Do(func() {
+					hit = true
+					w.Header().Set("Content-Type", "application/xml")
+					w.Header().Set("Retry-After", "2")
+					w.WriteHeader(http.StatusServiceUnavailable)
+					w.Write([]byte(`<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>slow down</Message></Error>`))
+				})
+			}
+			return hit
+		})
+		buf := make([]byte, 1<<20)
+		start := time.Now()
+		if _, err := src.ReadAt(buf, 1<<20); err != nil || !bytes.Equal(buf, data[1<<20:2<<20]) {
+			t.Fatalf("read after a 503: %v", err)
+		}
+		if took := time.Since(start); took < 2*time.Second {
+			t.Errorf("the read took %v: the server asked to wait 2s", took)
+		}
+		if want := "503 Service Unavailable (SlowDown) (the server asks to wait 2s)"; !strings.Contains(logs.all(), want) {
+			t.Errorf("the log does not say %q:\n%s", want, logs.all())
+		}
+	})
 	t.Run("reset mid-body", func(t *testing.T) {
 		src, p, logs := openS3Proxied(t, "k", data, S3Options{MaxAhead: -1})
 		var once sync.Once
