@@ -199,3 +199,85 @@ func TestRemoteGGUFSplitsOfAnyCount(t *testing.T) {
 		}
 	}
 }
+
+// Two whole GGUF models side by side (a model and its projector, as
+// Hugging Face repositories hold them) are not one split model: the root's
+// attributes are the ones both files have, not the first file's.
+func TestGGUFWholeModelsInOneFolder(t *testing.T) {
+	dir := t.TempDir()
+	attrs := map[string]map[string]json.RawMessage{}
+	for _, f := range []string{"plain_types.gguf", "quant_k.gguf"} {
+		copyFile(t, filepath.Join("../../testdata/gguf", f), filepath.Join(dir, f))
+		s, err := session.Open(filepath.Join(dir, f), session.Options{CacheSize: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs[f] = manifestAttributes(t, s)
+		s.Close()
+	}
+	want := map[string]json.RawMessage{}
+	for k, v := range attrs["plain_types.gguf"] {
+		if w, ok := attrs["quant_k.gguf"][k]; ok && bytes.Equal(v, w) {
+			want[k] = v
+		}
+	}
+	if len(want) == len(attrs["plain_types.gguf"]) {
+		t.Fatalf("the fixtures' attributes do not differ: the test shows nothing")
+	}
+	s, err := session.Open(dir, session.Options{CacheSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := manifestAttributes(t, s)
+	var gotKeys, wantKeys []string
+	for k := range got {
+		gotKeys = append(gotKeys, k)
+	}
+	for k := range want {
+		wantKeys = append(wantKeys, k)
+	}
+	slices.Sort(gotKeys)
+	slices.Sort(wantKeys)
+	if !slices.Equal(gotKeys, wantKeys) {
+		t.Errorf("the folder's attributes are %v, want those both files have: %v", gotKeys, wantKeys)
+	}
+}
+
+// A split inside a folder whose name contradicts its split.no is refused,
+// as it is when it is named.
+func TestGGUFSplitNameContradictsFileInFolder(t *testing.T) {
+	src := "../../testdata/gguf/gguf-split/three"
+	dir := t.TempDir()
+	rename := map[string]string{"tiny3-00002-of-00003.gguf": "tiny3-00003-of-00003.gguf", "tiny3-00003-of-00003.gguf": "tiny3-00002-of-00003.gguf"}
+	for _, f := range splitFiles(t, src) {
+		to := f
+		if r, ok := rename[f]; ok {
+			to = r
+		}
+		copyFile(t, filepath.Join(src, f), filepath.Join(dir, to))
+	}
+	want := "split.no is 1 (split 2, counted from 1) but the name says split 3"
+	if _, err := session.Open(filepath.Join(dir, "tiny3-00003-of-00003.gguf"), session.Options{CacheSize: 1 << 20}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("named: %v, want %q", err, want)
+	}
+	// The folder names the first contradicting file in name order.
+	want = "tiny3-00002-of-00003.gguf: split.no is 2 (split 3, counted from 1) but the name says split 2"
+	if _, err := session.Open(dir, session.Options{CacheSize: 1 << 20}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("folder: %v, want %q", err, want)
+	}
+}
+
+// manifestAttributes returns the attributes of s's manifest.json.
+func manifestAttributes(t *testing.T, s *session.Session) map[string]json.RawMessage {
+	t.Helper()
+	b, err := s.Tree.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Attributes map[string]json.RawMessage }
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Attributes
+}

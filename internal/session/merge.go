@@ -84,14 +84,15 @@ func merge(parts []part) (*formats.Container, error) {
 	return out, nil
 }
 
-// splitModel reports whether parts are several files of a format that
-// splits models (formats.Split): the files of one model.
+// splitModel reports whether parts are several files of a split model
+// (formats.Split with a count > 1): every GGUF file has a Split, and two
+// whole models side by side (a model and its projector) are not one.
 func splitModel(parts []part) bool {
 	if len(parts) < 2 {
 		return false
 	}
 	for _, p := range parts {
-		if p.C.Split == nil {
+		if p.C.Split == nil || p.C.Split.Count <= 1 {
 			return false
 		}
 	}

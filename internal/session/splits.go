@@ -28,14 +28,18 @@ func splitSet(c *formats.Container, path string, size int64) (*weightIndex, erro
 // all of them: the model would mount without the tensors of the missing
 // ones, as a checkpoint without one of its shards would. A file whose name
 // does not give its model's files (formats.Split.Files) names no siblings
-// and is taken as it is.
+// and is taken as it is; one whose name gives them but contradicts the
+// file is refused, as it is when named (splitSet).
 func checkSplits(parts []part, isWeight map[string]bool) error {
 	for _, p := range parts {
 		sp := p.C.Split
 		if sp == nil || sp.Count <= 1 {
 			continue
 		}
-		files, _ := sp.Files(p.Name)
+		files, err := sp.Files(p.Name)
+		if err != nil && files != nil {
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
 		for _, name := range files {
 			if !isWeight[name] {
 				return fmt.Errorf("%s is a split of a %d-file %s model, but the folder lacks its split %s (a split missing from the download?)", p.Name, sp.Count, detect.Title(p.C.Format), name)
