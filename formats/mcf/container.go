@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ztfs/ztfs/formats"
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
 
 // modelInfo is the outcome of decoding the ModelInfo section.
@@ -50,7 +51,7 @@ func build(c *formats.Container, h *header, secs []*section, x *index, qi *quant
 		"header": map[string]any{
 			"major":              uint64(h.major),
 			"minor":              uint64(h.minor),
-			"header_size":        uint64(h.HeaderSize),
+			"header_size":        uint64(h.size),
 			"section_count":      uint64(h.count),
 			"section_dir_offset": h.dirOff,
 			"file_size":          h.fileSize,
@@ -195,7 +196,7 @@ func tensor(e *entry) *formats.Tensor {
 		payload := region("payload", formats.U8, e.off, e.size)
 		payload.StoredAttributes = map[string]any{"note": "the whole stored payload; the other components are regions of it"}
 		codes := region("packed_weight", formats.U8, e.off+l.Codes.Offset, l.Codes.Length)
-		q := formats.BlockQuantized{Bits: l.Bits, Rows: l.Rows, Cols: l.Cols, BlockSize: quantBlock, Codes: "packed_weight"}
+		q := formats.BlockQuantized{Bits: l.Bits, Rows: l.Rows, Cols: l.Cols, BlockSize: mcflayout.BlockSize, Codes: "packed_weight"}
 		if e.info.family == FamilyQ {
 			t.Components = []*formats.Component{payload, region("scales", formats.F16, e.off+l.Scales.Offset, l.Scales.Length), codes}
 			q.Scales = "scales"
@@ -205,7 +206,7 @@ func tensor(e *entry) *formats.Tensor {
 			sub.Codecs = []formats.Codec{formats.AndMask{Mask: 0x3F}}
 			sub.StoredAttributes = map[string]any{"note": "the file holds the 6-bit sub-scales: bits 6 and 7 of each stored byte are masked off"}
 			t.Components = []*formats.Component{payload, region("super_scales", formats.F16, e.off+l.Scales.Offset, l.Scales.Length), sub, codes}
-			q.SuperBlocks, q.SuperScales, q.SubScales = quantSuperBlocks, "super_scales", "sub_scales"
+			q.SuperBlocks, q.SuperScales, q.SubScales = mcflayout.SuperBlocks, "super_scales", "sub_scales"
 		}
 		t.Logical = q
 

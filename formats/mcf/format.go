@@ -183,13 +183,10 @@ func dtypeLabel(code uint32) string {
 	return fmt.Sprintf("unassigned dtype %d", code)
 }
 
-// Quantized payload geometry (docs/formats/mcf.md, "Quantized payloads").
-const (
-	quantBlock       = 32  // values per block
-	quantSuperBlocks = 8   // blocks per super-block
-	quantSuper       = 256 // values per super-block
-	PayloadAlign     = 64  // alignment of every quantized payload
-)
+// PayloadAlign is the alignment of every quantized payload
+// (docs/formats/mcf.md, "Quantized payloads"); the rest of their geometry
+// is quant/mcflayout's.
+const PayloadAlign = 64
 
 // QuantLayout locates the regions of a q*/k* payload, relative to the
 // payload's start.

@@ -101,7 +101,7 @@ func (f *file) read(off, n uint64) ([]byte, error) {
 // header is the fixed 40-byte header (docs/formats/mcf.md, "Header").
 type header struct {
 	major, minor uint16
-	HeaderSize   uint32
+	size         uint32 // HeaderSize
 	count        uint32
 	dirOff       uint64
 	fileSize     uint64
@@ -123,21 +123,21 @@ func readHeader(f *file) (*header, error) {
 		return nil, formats.Truncated("file is %d bytes, shorter than the %d-byte MCF header", f.size, HeaderSize)
 	}
 	h := &header{
-		major:      le.Uint16(b[4:]),
-		minor:      le.Uint16(b[6:]),
-		HeaderSize: le.Uint32(b[8:]),
-		count:      le.Uint32(b[12:]),
-		dirOff:     le.Uint64(b[16:]),
-		fileSize:   le.Uint64(b[24:]),
-		flags:      le.Uint64(b[32:]),
+		major:    le.Uint16(b[4:]),
+		minor:    le.Uint16(b[6:]),
+		size:     le.Uint32(b[8:]),
+		count:    le.Uint32(b[12:]),
+		dirOff:   le.Uint64(b[16:]),
+		fileSize: le.Uint64(b[24:]),
+		flags:    le.Uint64(b[32:]),
 	}
 	switch {
 	case h.major != Major:
 		return nil, formats.Unsupported("unsupported MCF major version %d (ztfs reads major version %d)", h.major, Major)
-	case h.HeaderSize < HeaderSize:
-		return nil, fmt.Errorf("header size %d is less than %d", h.HeaderSize, HeaderSize)
-	case uint64(h.HeaderSize) > f.size:
-		return nil, formats.Truncated("header size %d exceeds the file size %d", h.HeaderSize, f.size)
+	case h.size < HeaderSize:
+		return nil, fmt.Errorf("header size %d is less than %d", h.size, HeaderSize)
+	case uint64(h.size) > f.size:
+		return nil, formats.Truncated("header size %d exceeds the file size %d", h.size, f.size)
 	case h.count == 0:
 		return nil, fmt.Errorf("section count is 0")
 	case h.fileSize > f.size:
@@ -173,8 +173,8 @@ func (s *section) String() string {
 // no known type appears twice.
 func readDirectory(f *file, h *header) ([]*section, error) {
 	dirLen := uint64(h.count) * DirEntrySize // < 2^37, no overflow
-	if h.dirOff < uint64(h.HeaderSize) {
-		return nil, fmt.Errorf("section directory offset %d lies inside the header (HeaderSize %d)", h.dirOff, h.HeaderSize)
+	if h.dirOff < uint64(h.size) {
+		return nil, fmt.Errorf("section directory offset %d lies inside the header (HeaderSize %d)", h.dirOff, h.size)
 	}
 	if h.dirOff > f.size || dirLen > f.size-h.dirOff {
 		return nil, formats.Truncated("section directory [%d, +%d) extends past the end of the file (%d bytes)", h.dirOff, dirLen, f.size)
@@ -193,8 +193,8 @@ func readDirectory(f *file, h *header) ([]*section, error) {
 		switch {
 		case s.off > f.size || s.size > f.size-s.off:
 			return nil, formats.Truncated("section %s [%d, +%d) extends past the end of the file (%d bytes)", s, s.off, s.size, f.size)
-		case s.off < uint64(h.HeaderSize):
-			return nil, fmt.Errorf("section %s at offset %d starts before HeaderSize %d", s, s.off, h.HeaderSize)
+		case s.off < uint64(h.size):
+			return nil, fmt.Errorf("section %s at offset %d starts before HeaderSize %d", s, s.off, h.size)
 		case s.off < dirEnd && h.dirOff < s.end():
 			return nil, fmt.Errorf("section %s [%d, +%d) overlaps the section directory [%d, +%d)", s, s.off, s.size, h.dirOff, dirLen)
 		case s.off%SectionAlign != 0:

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/ztfs/ztfs/quant/mcflayout"
 )
 
 // Quantization domains of a QuantInfo record.
@@ -112,9 +114,9 @@ func (r *quantRecord) check() error {
 	var block, super uint16
 	switch info.family {
 	case FamilyQ:
-		block = quantBlock
+		block = mcflayout.BlockSize
 	case FamilyK:
-		block, super = quantBlock, quantSuper
+		block, super = mcflayout.BlockSize, mcflayout.BlockSize*mcflayout.SuperBlocks
 	}
 	if info.family != FamilyInt && r.domain != DomainWeights {
 		return fmt.Errorf("QuantInfo: record %d: method %s requires the weights domain (0), not %d", i, info.name, r.domain)

@@ -554,7 +554,7 @@ func (p *Pipeline) npyBody(t *formats.Tensor) (Reader, error) {
 	case formats.SparseCSR, formats.SparseCOO:
 		// Resolve readers now, under p.mu, rather than from block fills.
 		return p.blocksOf("sparse", false, func(h blocks.Cache) (blocks.Source, error) {
-			return dense.Sparse(t, readers, p.opts.BlockSize, p.opts.Cache.Capacity(), h)
+			return dense.Sparse(t, readers, p.opts.BlockSize, h)
 		})
 	case formats.BlockQuantized:
 		return p.blocksOf("blockq", true, func(h blocks.Cache) (blocks.Source, error) {

@@ -63,7 +63,7 @@ func (s *Session) openListed(fd *folder, given *weightIndex, origin string, opts
 		return err
 	}
 	plain := map[string]bool{}
-	stale := staleIndexes(l.parts, indexes, l.isWeight, given)
+	stale := staleIndexes(c.OwnWeightsFile, indexes, l.isWeight, given)
 	if given == nil || given.Only == nil {
 		// One split named: its model, not the rest of the folder.
 		if plain, err = s.addPlainFiles(fd, c, l, stale, opts.Guard); err != nil {
@@ -437,14 +437,14 @@ func checkIndexes(c *formats.Container, parts []part, indexes []*weightIndex, is
 
 // staleIndexes returns the names of the folder's indexes about its weight
 // files (those checkIndexes checks) when the root does not show those
-// files: when they are not all safetensors, the root holds the computed
+// files (ownWeightsFiles false: the merged container's OwnWeightsFile): when they are not all safetensors, the root holds the computed
 // view (model.safetensors) instead, and an index naming the original
 // files would send loaders that follow it (vLLM keeps only the files an
 // index names; transformers reads the index when model.safetensors is
 // missing) to files that are not there. Such an index is not shown, and
 // the view, when sharded, shows its own.
-func staleIndexes(parts []part, indexes []*weightIndex, isWeight map[string]bool, given *weightIndex) map[string]bool {
-	if ownWeightsFiles(parts) {
+func staleIndexes(ownWeightsFiles bool, indexes []*weightIndex, isWeight map[string]bool, given *weightIndex) map[string]bool {
+	if ownWeightsFiles {
 		return nil
 	}
 	stale := map[string]bool{}
@@ -484,17 +484,6 @@ func shardsOf(infos []tree.SourceInfo, digests []string) []*formats.Shard {
 			Locate: func(string) string { return path }})
 	}
 	return out
-}
-
-// ownWeightsFiles reports whether every weight file is itself the weights
-// the root shows (formats.Container.OwnWeightsFile: safetensors files).
-func ownWeightsFiles(parts []part) bool {
-	for _, p := range parts {
-		if !p.C.OwnWeightsFile {
-			return false
-		}
-	}
-	return true
 }
 
 func orEmpty(m map[string]any) map[string]any {

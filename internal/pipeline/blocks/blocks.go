@@ -37,7 +37,8 @@ type Sequential interface {
 }
 
 // Cache is one stream's handle on the block cache. The zero Cache has no
-// cache behind it: Alloc makes new memory and Put keeps nothing.
+// cache behind it: Alloc makes new memory, Put keeps nothing, Peek finds
+// nothing and its capacity is 0.
 type Cache struct {
 	c      *cache.Cache
 	stream uint64
@@ -66,13 +67,27 @@ func (h Cache) Put(k int64, b []byte) {
 }
 
 // Peek returns block k of the stream if it is cached.
-func (h Cache) Peek(k int64) ([]byte, bool) { return h.c.Peek(h.key(k)) }
+func (h Cache) Peek(k int64) ([]byte, bool) {
+	if h.c == nil {
+		return nil, false
+	}
+	return h.c.Peek(h.key(k))
+}
 
 // Drop forgets every cached block of the stream.
-func (h Cache) Drop() { h.c.Drop(h.stream) }
+func (h Cache) Drop() {
+	if h.c != nil {
+		h.c.Drop(h.stream)
+	}
+}
 
 // Capacity is the cache's capacity in bytes.
-func (h Cache) Capacity() int64 { return h.c.Capacity() }
+func (h Cache) Capacity() int64 {
+	if h.c == nil {
+		return 0
+	}
+	return h.c.Capacity()
+}
 
 // Reader serves a Source through the block cache.
 type Reader struct {

@@ -185,8 +185,8 @@ const maxSparseWindow = 64 << 20
 // SparseCOO tensor, in blocks of blockSize bytes; a read whose entries lie
 // far apart fills a window of blocks, at most a quarter of cacheSize, in one
 // pass and puts the others in h.
-func Sparse(t *formats.Tensor, readers Components, blockSize, cacheSize int64, h blocks.Cache) (blocks.Source, error) {
-	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize, maxWindow: min(maxSparseWindow, cacheSize/4), cache: h}
+func Sparse(t *formats.Tensor, readers Components, blockSize int64, h blocks.Cache) (blocks.Source, error) {
+	s := &sparse{name: t.Name, shape: t.Shape, blockSize: blockSize, maxWindow: min(maxSparseWindow, h.Capacity()/4), cache: h}
 	var valuesSpec formats.Array
 	switch l := t.Logical.(type) {
 	case formats.SparseCSR:
