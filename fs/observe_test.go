@@ -161,7 +161,7 @@ func writeObservedSource(t testing.TB, path string, raw, compressed int) {
 //   - server/128k: 32 passes over 64 MiB of a zstd component whose blocks
 //     are cached, in 128 KiB reads answered by the server's read handler
 //     in-process, without the kernel: where a cost per read would show
-//     most (the blocks are lent, not copied: an op is 8192 reads).
+//     most (the blocks are lent, not copied: an op is 16384 reads).
 //
 // Run with
 //
@@ -225,7 +225,7 @@ func BenchmarkReadObserved(b *testing.B) {
 				}
 			}
 			pass()
-			const passes = 32 // an op of 8192 reads: well above the timer's resolution
+			const passes = 32 // an op of 16384 reads: well above the timer's resolution
 			b.SetBytes(passes * span)
 			b.ResetTimer()
 			for range b.N {
