@@ -22,6 +22,11 @@ func TestRedactHF(t *testing.T) {
 		"hf://org/repo@main":              "hf://org/repo@main",
 		"hf://datasets/org/repo@v1/x@y.t": "hf://datasets/org/repo@v1/x@y.t",
 		"hf://a:s3cr3t@c@org/repo":        "hf://org/repo",
+		// The owner's segment as parseHF finds it: after slashes and a kind.
+		"hf:///user:s3cr3t@org/repo":          "hf:///org/repo",
+		"hf://datasets/user:s3cr3t@org/repo":  "hf://datasets/org/repo",
+		"hf://models//s3cr3t@org/repo@main/a": "hf://models//org/repo@main/a",
+		"hf:////datasets/u:s3cr3t@org/repo/x": "hf:////datasets/org/repo/x",
 	} {
 		if got := redactHF(raw); got != want {
 			t.Errorf("redactHF(%q) = %q, want %q", raw, got, want)
@@ -30,8 +35,10 @@ func TestRedactHF(t *testing.T) {
 			t.Errorf("parseHF(%q): %v shows the user information", raw, err)
 		}
 	}
-	if _, err := parseHF("hf://user:s3cr3t@org/repo"); err == nil {
-		t.Error("parseHF accepts user information")
+	for _, raw := range []string{"hf://user:s3cr3t@org/repo", "hf:///user:s3cr3t@org/repo", "hf://datasets/user:s3cr3t@org/repo"} {
+		if _, err := parseHF(raw); err == nil {
+			t.Errorf("parseHF(%q) accepts user information", raw)
+		}
 	}
 }
 

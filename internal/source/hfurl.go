@@ -108,14 +108,20 @@ var (
 )
 
 // hfUserInfo returns the user information typed before the repository of
-// an hf:// URL body (user:token@org/repo), and the body without it. A
-// repository's owner never holds "@" or ":", and the "@" of a revision
-// comes after the owner's "/", so an "@" in the first segment can only
-// be that.
+// an hf:// URL body (user:token@org/repo, datasets/user:token@org/repo),
+// and the body without it. A repository's owner never holds "@" or ":",
+// and the "@" of a revision comes after the owner's "/", so an "@" in the
+// owner's segment can only be that. The owner's segment is found as
+// parseHF finds it: after leading slashes and a kind.
 func hfUserInfo(body string) (userinfo, rest string) {
-	first, _, _ := strings.Cut(body, "/")
+	owner := strings.TrimLeft(body, "/")
+	if kind, after, ok := strings.Cut(owner, "/"); ok && (kind == "models" || kind == "datasets") {
+		owner = strings.TrimLeft(after, "/")
+	}
+	lead := body[:len(body)-len(owner)]
+	first, _, _ := strings.Cut(owner, "/")
 	if at := strings.LastIndex(first, "@"); at >= 0 {
-		return body[:at], body[at+1:]
+		return owner[:at], lead + owner[at+1:]
 	}
 	return "", body
 }
