@@ -195,7 +195,8 @@ type DiskStats struct {
 	// blocks looked for and not there (or damaged).
 	Hits, HitBytes, Misses int64
 	// Stored and StoredBytes count the blocks written; Failed the blocks
-	// that could not be (a full disk, the lock held too long).
+	// not kept (a full disk, the lock held too long, every writer busy
+	// when a read fetched them itself).
 	Stored, StoredBytes, Failed int64
 	// Damaged counts the blocks found damaged, removed and fetched again.
 	Damaged int64

@@ -311,3 +311,51 @@ func TestDiskCacheLockWaitBound(t *testing.T) {
 		t.Errorf("%d block files written without a turn at the lock", len(files))
 	}
 }
+
+// A read does not wait for the disk: while another process holds the
+// directory's lock, every writer of the source waits its turn (lockWait),
+// and a read that fetched its blocks itself returns with them at once,
+// keeping none, rather than write them on its own goroutine.
+func TestReadDoesNotWaitForDiskLock(t *testing.T) {
+	srv := startServer(t, false)
+	const block = 64 << 10
+	data := srv.write(t, "m.bin", 32*block, time.Unix(1_700_000_000, 0))
+	dir := t.TempDir()
+	d, err := OpenDiskCache(dir, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.lock == nil {
+		t.Skip("no flock on this filesystem: each process counts alone, and nothing waits for another")
+	}
+	other, err := os.OpenFile(filepath.Join(dir, diskLockName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := unix.Flock(int(other.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	d.lockWait = 3 * time.Second // longer than a read may take here
+	src := openHTTP(t, srv.base+"/m.bin", HTTPOptions{BlockSize: block, MaxAhead: -1, Disk: d})
+	buf := make([]byte, 100)
+	// Blocks far apart: no read-ahead, each read's block its own fetch.
+	for i := range 3 * diskWriters {
+		off := int64(i) * 2 * block
+		if off >= int64(len(data)) {
+			break
+		}
+		start := time.Now()
+		if _, err := src.ReadAt(buf, off); err != nil || !bytes.Equal(buf, data[off:off+100]) {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("read %d took %v: it waited for the disk's lock (%v)", i, took.Round(time.Millisecond), d.lockWait)
+		}
+	}
+	if st := d.Stats(); st.Failed == 0 {
+		t.Errorf("no block counted as not kept: %+v", st)
+	}
+	unix.Flock(int(other.Fd()), unix.LOCK_UN)
+}

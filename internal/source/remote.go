@@ -728,7 +728,7 @@ func (r *remote) blocks(ctx context.Context, off, end int64) ([]*block, error) {
 		runs := r.split(mine)
 		for i, run := range runs {
 			if i == len(runs)-1 {
-				r.fetchRun(ctx, run)
+				r.fetchRun(ctx, run, true)
 			} else {
 				r.goFetch(ctx, run)
 			}
@@ -897,7 +897,7 @@ func (r *remote) goFetch(ctx context.Context, run []*block) {
 		if cancel != nil {
 			defer cancel()
 		}
-		r.fetchRun(ctx, run)
+		r.fetchRun(ctx, run, false)
 	}) {
 		if cancel != nil {
 			cancel()
@@ -908,8 +908,9 @@ func (r *remote) goFetch(ctx context.Context, run []*block) {
 
 // fetchRun fills a run of consecutive blocks, from the on-disk cache
 // where it holds them, else with one request in one of the Parallel
-// slots, and publishes them.
-func (r *remote) fetchRun(ctx context.Context, run []*block) {
+// slots, and publishes them. inline says it runs on a read's own
+// goroutine, which waits for nothing after its blocks are published.
+func (r *remote) fetchRun(ctx context.Context, run []*block, inline bool) {
 	r.mu.Lock()
 	for _, b := range run {
 		b.data = r.buffer(min(r.blockSize, r.size-b.idx*r.blockSize))
@@ -929,18 +930,17 @@ func (r *remote) fetchRun(ctx context.Context, run []*block) {
 			for n < len(rest) && rest[n].idx == rest[n-1].idx+1 {
 				n++
 			}
-			r.fetchNet(ctx, rest[:n])
+			r.fetchNet(ctx, rest[:n], inline)
 			rest = rest[n:]
 		}
 		return
 	}
-	r.fetchNet(ctx, run)
+	r.fetchNet(ctx, run, inline)
 }
 
 // fetchNet fetches a run of consecutive blocks with one request, in one
-// of the Parallel slots, keeps it on disk, and publishes it. A read-ahead
-// gives up at once when the slots are all taken: the reads come first.
-func (r *remote) fetchNet(ctx context.Context, run []*block) {
+// of the Parallel slots, publishes it and keeps it on disk (storeAfter).
+func (r *remote) fetchNet(ctx context.Context, run []*block, inline bool) {
 	prefetch := run[0].prefetch
 	if !r.acquire(ctx) {
 		start := run[0].idx * r.blockSize
@@ -973,25 +973,32 @@ func (r *remote) fetchNet(ctx context.Context, run []*block) {
 	}
 	r.mu.Unlock()
 	r.finish(run, nil, false)
-	r.storeAfter(run)
+	r.storeAfter(run, inline)
 }
 
 // storeAfter writes fetched blocks, already published, to the on-disk
 // cache, then lets their memory go (the readers count fetchNet added). The
-// fetch that called it may be a read's own (the last run of a read is
-// fetched on its goroutine): the writes go to a goroutine of the source's
-// while one of the diskWriters slots is free, so that the read does not
-// wait for the disk; otherwise they are made here.
-func (r *remote) storeAfter(run []*block) {
-	store := func() {
-		for _, b := range run {
-			r.disk.store(b.idx, b.data, r.logf)
-		}
+// writes go to a goroutine of the source's while one of the diskWriters
+// slots is free. Otherwise a fetch of the source's own (read-ahead, a
+// read's other runs) makes them itself, which holds the read-ahead back
+// while the disk is behind; a read's own fetch (inline: the last run of a
+// read, fetched on its goroutine) keeps none rather than wait for the disk
+// (a write may wait for another process's lock for lockWait), counted as
+// failed stores: its blocks are fetched again if they leave memory before
+// a read of them. A source closing keeps none.
+func (r *remote) storeAfter(run []*block, inline bool) {
+	release := func() {
 		r.mu.Lock()
 		for _, b := range run {
 			b.readers--
 		}
 		r.mu.Unlock()
+	}
+	store := func() {
+		for _, b := range run {
+			r.disk.store(b.idx, b.data, r.logf)
+		}
+		release()
 	}
 	select {
 	case r.storing <- struct{}{}:
@@ -1002,7 +1009,14 @@ func (r *remote) storeAfter(run []*block) {
 			return
 		}
 		<-r.storing
+		release()
+		return
 	default:
+	}
+	if inline {
+		r.disk.cache.failed.Add(int64(len(run)))
+		release()
+		return
 	}
 	store()
 }
