@@ -1128,6 +1128,9 @@ func (r *remote) fetch(ctx context.Context, bs []*block) (err error, retryable b
 	f := r.retry(ctx, what, func(ctx context.Context) *failure {
 		n, f := r.get(ctx, got, end, bs)
 		got += n
+		if got >= end {
+			return nil // every byte came, whatever ended the request
+		}
 		return f
 	})
 	switch {
@@ -1205,7 +1208,9 @@ func (r *remote) receive(ctx context.Context, from, end int64, started func(), p
 		if err == io.EOF && pos < end {
 			return pos - from, &failure{kind: transient, reason: fmt.Sprintf("short body: %d of %d bytes", pos-from, end-from)}
 		}
-		if err != nil && err != io.EOF {
+		// An error with the last bytes is no failure: the range is
+		// whole, and a retry would ask for an empty one.
+		if err != nil && err != io.EOF && pos < end {
 			return pos - from, fail(r.tr.classify(err, actx))
 		}
 	}
