@@ -45,6 +45,10 @@ func ParseS3Prefix(rawURL string) (bucket, prefix string, err error) {
 	return bucket, prefix, nil
 }
 
+// maxS3Pages bounds the pages of one listing: a page holds up to 1,000
+// objects and subfolders, and a model folder's are far fewer.
+const maxS3Pages = 1000
+
 // ListS3 lists the objects directly under the prefix rawURL names
 // (s3://bucket/prefix/, the slash optional): ListObjectsV2 with the
 // delimiter "/", page after page, so that what lies below a further slash
@@ -72,7 +76,11 @@ func ListS3(ctx context.Context, rawURL string, opts S3Options) ([]S3Object, err
 	defer stop()
 	var out []S3Object
 	var token *string
-	for {
+	seen := map[string]bool{}
+	for pages := 0; ; pages++ {
+		if pages >= maxS3Pages {
+			return nil, fmt.Errorf("%s: the listing goes on past %d pages: not a model folder", l.name, maxS3Pages)
+		}
 		page, err := l.listPage(token)
 		if err != nil {
 			return nil, err
@@ -84,6 +92,11 @@ func ListS3(ctx context.Context, rawURL string, opts S3Options) ([]S3Object, err
 		if !aws.ToBool(page.IsTruncated) || aws.ToString(page.NextContinuationToken) == "" {
 			return out, nil
 		}
+		if seen[*page.NextContinuationToken] {
+			// A server that hands out a token twice would list for ever.
+			return nil, fmt.Errorf("%s: the server's listing repeats a continuation token", l.name)
+		}
+		seen[*page.NextContinuationToken] = true
 		token = page.NextContinuationToken
 	}
 }

@@ -3,12 +3,16 @@ package source
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/ztfs/ztfs/internal/testenv"
@@ -84,5 +88,35 @@ func TestSchemeName(t *testing.T) {
 		if got := strings.ToLower(schemeName(arg)); got != want {
 			t.Errorf("schemeName(%q) = %q, want %q", arg, got, want)
 		}
+	}
+}
+
+// A server whose listing never ends (a continuation token handed out
+// twice) is refused, not listed for ever.
+func TestListS3RepeatedToken(t *testing.T) {
+	requests := atomic.Int64{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>b</Name><Prefix>m/</Prefix><Delimiter>/</Delimiter><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated><NextContinuationToken>again</NextContinuationToken><CommonPrefixes><Prefix>m/sub/</Prefix></CommonPrefixes></ListBucketResult>`)
+	}))
+	defer ts.Close()
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""), BaseEndpoint: aws.String(ts.URL)}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ListS3(context.Background(), "s3://b/m/", S3Options{Config: &cfg})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "repeats a continuation token") {
+			t.Errorf("ListS3: %v, want the repeated token named", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the listing still runs after %d requests", requests.Load())
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2", n)
 	}
 }
