@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // HF is a source that is a file of a repository on the Hugging Face Hub,
@@ -340,7 +341,7 @@ func (s *HF) get(ctx context.Context, from, end int64) (io.ReadCloser, *failure)
 		}
 		if f := checkReply(resp.StatusCode, resp.Header.Get("Content-Range"), cl, "", from, end-1, s.size, ""); f != nil {
 			resp.Body.Close()
-			return nil, f
+			return nil, withServerWait(f, resp.Header, time.Now())
 		}
 		if !fromHub && redirected {
 			s.mu.Lock()

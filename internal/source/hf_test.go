@@ -460,3 +460,20 @@ func TestHFXetOnly(t *testing.T) {
 		t.Errorf("read = %v after %v", err, time.Since(start))
 	}
 }
+
+// An endpoint that refuses connections fails the open at once, with the
+// hint an http:// URL's open gives.
+func TestHFRefusedEndpointHint(t *testing.T) {
+	o := &Options{HF: HFOptions{Endpoint: "http://127.0.0.1:1", RetryFor: 30 * time.Second}}
+	start := time.Now()
+	_, err := statHF(context.Background(), "hf://org/repo", o)
+	if err == nil || !strings.HasPrefix(err.Error(), "hf://org/repo: revision main: ") {
+		t.Fatalf("stat: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the open failed after %v", took)
+	}
+	if h := ErrorHint(err); !strings.Contains(h, "nothing listens at 127.0.0.1:1") {
+		t.Errorf("hint %q", h)
+	}
+}

@@ -213,8 +213,11 @@ func (h *hubClient) hubFailure(resp *http.Response, ref hfRef, what string) (*fa
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		hint = fmt.Sprintf("%d %s: the Hub refused the token (check HF_TOKEN)", resp.StatusCode, http.StatusText(resp.StatusCode))
 	case resp.StatusCode == http.StatusTooManyRequests:
-		f.after = serverWait(resp.Header, time.Now())
-		f.reason = fmt.Sprintf("429 Too Many Requests (rate limited; the Hub asks to wait %v)", f.after)
+		f.reason = "429 Too Many Requests (rate limited"
+		if f.after = serverWait(resp.Header, time.Now()); f.after > 0 {
+			f.reason += fmt.Sprintf("; the Hub asks to wait %v", f.after)
+		}
+		f.reason += ")"
 		return f, nil
 	}
 	if hint != "" {
@@ -225,7 +228,7 @@ func (h *hubClient) hubFailure(resp *http.Response, ref hfRef, what string) (*fa
 	if msg != "" {
 		f.reason += ": " + h.scrub(oneLine(msg))
 	}
-	return f, nil
+	return withServerWait(f, resp.Header, time.Now()), nil
 }
 
 // isCertificateError reports whether err is a certificate the client
@@ -292,7 +295,7 @@ func (h *hubClient) getJSON(ctx context.Context, target string, ref hfRef, what 
 		if hubErr != nil && f.kind == fatal {
 			return "", hubErr
 		}
-		return "", fmt.Errorf("%s: %s", what, f.reason)
+		return "", &OpenError{URL: h.name, Reason: what + ": " + f.reason, Advice: f.hint, Err: f.err}
 	}
 	return link, nil
 }

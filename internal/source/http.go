@@ -195,10 +195,14 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 	if u.User != nil {
 		user := u.User.Username()
 		pass, _ := u.User.Password()
-		s.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
-		s.secret = append(s.secret, user+":"+pass, pass)
-		if pass == "" {
-			s.secret = append(s.secret, user) // a token as the user name
+		// https://@host/ has no credential: nothing to send, and ":" is no
+		// secret to scrub from every message.
+		if user != "" || pass != "" {
+			s.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+			s.secret = append(s.secret, user+":"+pass, pass)
+			if pass == "" {
+				s.secret = append(s.secret, user) // a token as the user name
+			}
 		}
 		u.User = nil
 	}

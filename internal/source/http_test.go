@@ -792,6 +792,10 @@ func TestRedact(t *testing.T) {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
+	// Empty user information is no secret: the messages keep their colons.
+	if _, err := OpenHTTP(context.Background(), "http://@127.0.0.1:1/x", HTTPOptions{RetryFor: time.Second}); err == nil || !strings.Contains(err.Error(), "connect: connection refused") {
+		t.Errorf("open of an empty user's URL: %v", err)
+	}
 	for in, want := range map[string]bool{"http://x": true, "HTTPS://x": true, "s3://b/k": false, "/tmp/http://x": false, "model.bin": false} {
 		if IsURL(in) != want {
 			t.Errorf("IsURL(%q) = %v", in, !want)
