@@ -141,7 +141,7 @@ func ParseVolume(attrs map[string]string, localRoots []string) (Volume, error) {
 // a path that is not absolute or not inside one of localRoots.
 func checkSource(src string, localRoots []string) error {
 	if source.IsRemote(src) {
-		if _, err := source.Lookup(src); err != nil {
+		if err := source.Check(src); err != nil {
 			return fmt.Errorf("volume attribute %q: %w", attrSource, err)
 		}
 		return nil
@@ -181,34 +181,12 @@ func LocalPath(src string, roots []string) (string, error) {
 	return "", fmt.Errorf("volume attribute %q: %s is outside the folders this plugin serves (--local-root %s)", attrSource, src, strings.Join(roots, ", "))
 }
 
-// withRevision returns the hf:// source src pinned to rev:
-// hf://[datasets/]ORG/REPO[/PATH] becomes hf://[datasets/]ORG/REPO@REV[/PATH].
+// withRevision returns the hf:// source src pinned to rev.
 func withRevision(src, rev string) (string, error) {
 	if !strings.HasPrefix(strings.ToLower(src), "hf://") {
 		return "", fmt.Errorf("only hf:// sources have a revision (source is %s)", source.Name(src))
 	}
-	if rev == "" || strings.ContainsAny(rev, " \t\n\x00\\@") || strings.HasPrefix(rev, "/") || strings.HasSuffix(rev, "/") || strings.Contains(rev, "..") {
-		return "", fmt.Errorf("%q is not a branch, tag, commit or refs/pr/N", rev)
-	}
-	body := src[len("hf://"):]
-	parts := strings.SplitN(body, "/", 4)
-	n := 2 // ORG/REPO
-	if len(parts) > 0 && (parts[0] == "datasets" || parts[0] == "models") {
-		n = 3
-	}
-	if len(parts) < n {
-		return "", fmt.Errorf("source %s names no repository", source.Name(src))
-	}
-	repo := strings.Join(parts[:n], "/")
-	if strings.Contains(repo, "@") {
-		return "", fmt.Errorf("source %s names a revision already", source.Name(src))
-	}
-	rest := strings.TrimPrefix(body[len(repo):], "/")
-	out := "hf://" + repo + "@" + rev
-	if rest != "" {
-		out += "/" + rest
-	}
-	return out, nil
+	return source.HFWithRevision(src, rev)
 }
 
 // ownAttributes returns the volume's own attributes (attributeKeys)

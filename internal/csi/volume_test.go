@@ -61,9 +61,17 @@ func TestWithRevision(t *testing.T) {
 		"hf://org/m/sub/dir":          "hf://org/m@v1/sub/dir",
 		"hf://datasets/org/d":         "hf://datasets/org/d@v1",
 		"hf://datasets/org/d/a.jsonl": "hf://datasets/org/d@v1/a.jsonl",
+		"hf:///org/m/x":               "hf://org/m@v1/x",
 	} {
 		if got, err := withRevision(in, "v1"); err != nil || got != want {
 			t.Errorf("withRevision(%s) = %s, %v; want %s", in, got, err, want)
+		}
+	}
+	// A branch with a slash stays one revision; a pull request's ref is
+	// written whole.
+	for rev, want := range map[string]string{"feature/x": "hf://org/m@feature%2Fx/sub", "refs/pr/3": "hf://org/m@refs/pr/3/sub"} {
+		if got, err := withRevision("hf://org/m/sub", rev); err != nil || got != want {
+			t.Errorf("withRevision(hf://org/m/sub, %q) = %s, %v; want %s", rev, got, err, want)
 		}
 	}
 	for _, tc := range [][2]string{{"hf://org", "v1"}, {"hf://org/m@main", "v1"}, {"s3://b/k", "v1"}, {"hf://org/m", ""}, {"hf://org/m", "a b"}, {"hf://org/m", "../x"}} {
@@ -218,5 +226,17 @@ func TestSweep(t *testing.T) {
 	}
 	if log := strings.Join(logged, "\n"); !strings.Contains(log, "removed the record of volume v") || !strings.Contains(log, "junk.json: not a record") {
 		t.Errorf("the log: %s", log)
+	}
+}
+
+// A remote source that no open could take is InvalidArgument at once,
+// before a server is started for it.
+func TestParseVolumeRemoteForm(t *testing.T) {
+	for _, src := range []string{"hf://org", "hf://spaces/org/app", "hf://user:s3cr3t@org/m", "s3://", "http:///x"} {
+		if _, err := ParseVolume(map[string]string{"source": src}, nil); err == nil {
+			t.Errorf("source %q accepted", src)
+		} else if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("source %q: %v shows the user information", src, err)
+		}
 	}
 }

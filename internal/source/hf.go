@@ -75,6 +75,10 @@ var hfScheme = &Scheme{
 	Open:      openHF,
 	OpenEntry: openHFEntry,
 	List:      listHF,
+	Check: func(rawURL string) error {
+		_, err := parseHF(rawURL)
+		return err
+	},
 }
 
 // hfStart parses rawURL and resolves its revision to a commit sha unless

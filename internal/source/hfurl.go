@@ -126,6 +126,25 @@ func hfUserInfo(body string) (userinfo, rest string) {
 	return "", body
 }
 
+// HFWithRevision returns the hf:// URL rawURL pinned to revision rev (a
+// branch, a tag, a commit, refs/pr/N; escaped as it must be, so that a
+// branch with a slash stays one revision): hf://ORG/REPO/PATH becomes
+// hf://ORG/REPO@REV/PATH. A URL that names a revision already is refused.
+func HFWithRevision(rawURL, rev string) (string, error) {
+	r, err := parseHF(rawURL)
+	if err != nil {
+		return "", err
+	}
+	if r.rev != "" {
+		return "", fmt.Errorf("%s names a revision already", redactHF(rawURL))
+	}
+	if rev == "" || strings.ContainsAny(rev, " \t\n\x00\\") || strings.HasPrefix(rev, "/") || strings.HasSuffix(rev, "/") || strings.Contains(rev, "..") {
+		return "", fmt.Errorf("%q is not a branch, tag, commit or refs/pr/N", rev)
+	}
+	r.rev = rev
+	return r.String(), nil
+}
+
 // redactHF names an hf:// URL without any user information typed in it.
 func redactHF(rawURL string) string {
 	if len(rawURL) < 5 || !strings.EqualFold(rawURL[:5], "hf://") {

@@ -45,6 +45,9 @@ type Scheme struct {
 	// still name a folder that List finds (an S3 prefix given without its
 	// trailing slash).
 	MissingIsFolder bool
+	// Check refuses a URL of the scheme that no open could take (no
+	// bucket, no repository), with no request; nil: its form is free.
+	Check func(rawURL string) error
 }
 
 // schemes is the table: every kind of remote source ztfs reads.
@@ -132,6 +135,17 @@ func Lookup(arg string) (*Scheme, error) {
 		}
 	}
 	return nil, &UnsupportedSchemeError{Scheme: strings.ToLower(name)}
+}
+
+// Check refuses, with no request, a URL ztfs could not open whatever the
+// server says: an unknown scheme, or a form its scheme refuses (Scheme.Check).
+// A path is not checked.
+func Check(arg string) error {
+	s, err := Lookup(arg)
+	if err != nil || s == nil || s.Check == nil {
+		return err
+	}
+	return s.Check(arg)
 }
 
 // Name is how arg is named in messages, logs, the mount table and
@@ -296,6 +310,12 @@ var httpScheme = &Scheme{
 	Prefixes: []string{"http://", "https://"},
 	Redact:   Redact,
 	Escaped:  true,
+	Check: func(rawURL string) error {
+		if u, err := url.Parse(rawURL); err != nil || u.Host == "" {
+			return fmt.Errorf("%s: not a URL with a host", Redact(rawURL))
+		}
+		return nil
+	},
 	Open: func(ctx context.Context, rawURL string, o *Options) (Source, error) {
 		s, err := OpenHTTP(ctx, rawURL, o.HTTP)
 		if err != nil {
@@ -311,6 +331,10 @@ var s3Scheme = &Scheme{
 	Redact: func(rawURL string) string {
 		r := Redact(rawURL)
 		return "s3://" + r[len("s3://"):]
+	},
+	Check: func(rawURL string) error {
+		_, _, err := ParseS3Prefix(rawURL)
+		return err
 	},
 	Open: func(ctx context.Context, rawURL string, o *Options) (Source, error) {
 		s, err := OpenS3(ctx, rawURL, o.S3)
