@@ -248,7 +248,7 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 			for range lines {
 			}
 			child.Wait()
-			return 0, fmt.Errorf("%s: the server did not serve in time (%w); its log: %s", v.Name(), ctx.Err(), req.LogFile)
+			return 0, fmt.Errorf("%s: the server did not serve in time (%w)%s", v.Name(), ctx.Err(), logNote(req.LogFile))
 		}
 	}
 	if last == "ready" {
@@ -262,7 +262,7 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 	}
 	err = child.Wait()
 	if last == "" {
-		return 0, fmt.Errorf("%s: the server exited before the mount was ready (%v); its log: %s", v.Name(), exitStatus(err), req.LogFile)
+		return 0, fmt.Errorf("%s: the server exited before the mount was ready (%v)%s", v.Name(), exitStatus(err), logNote(req.LogFile))
 	}
 	return 0, errors.New(strings.Join(append([]string{last}, notes...), "; "))
 }
@@ -288,6 +288,15 @@ func (s *volumeServers) environ(v csi.Volume) []string {
 		}
 	}
 	return append(out, add...)
+}
+
+// logNote points a failure at the server's log, if the server wrote one
+// (it opens its log once its source is open).
+func logNote(path string) string {
+	if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+		return "; its log: " + path
+	}
+	return ""
 }
 
 // exitStatus describes how a process ended.

@@ -617,6 +617,20 @@ func TestCSIBadArguments(t *testing.T) {
 	if err != nil || len(ncaps.Capabilities) != 0 {
 		t.Errorf("NodeGetCapabilities: %v, %v", ncaps, err)
 	}
+	// Another file system at a target this plugin published nothing at is
+	// not its to unmount.
+	other := p.target("other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", other, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Unmount(other, syscall.MNT_DETACH)
+	wantCode(t, "unpublish of a tmpfs", p.unpublish("vol-other", other), codes.FailedPrecondition, "tmpfs")
+	if b := mustRead(t, "/proc/self/mountinfo"); !strings.Contains(b, " "+other+" ") {
+		t.Error("unpublish removed a mount it did not publish")
+	}
 }
 
 // The Controller has no capability, and answers CreateVolume, DeleteVolume

@@ -128,12 +128,32 @@ func (p *Plugin) sweep() {
 		if _, err := os.Lstat(rec.Target); !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
+		p.releasePrivate(rec)
 		if err := p.records.remove(rec.Target); err != nil {
 			p.cfg.Logf("%s: %v", rec.Target, err)
 			continue
 		}
 		p.cfg.Logf("removed the record of volume %s: %s is gone and was not unpublished", rec.VolumeID, rec.Target)
 	}
+}
+
+// releasePrivate unmounts and removes the plugin's own folder where the
+// server of rec's volume, served anew, mounted (its mount bound over the
+// target), when its record is dropped or replaced without an unpublish:
+// nothing else would end that mount and its server.
+func (p *Plugin) releasePrivate(rec *record) {
+	if rec == nil || rec.Mountpoint == rec.Target {
+		return
+	}
+	pid := 0
+	if serving(rec.PID, rec.Mountpoint) {
+		pid = rec.PID
+	}
+	if _, err := unmountAll(rec.Mountpoint, pid, p.cfg.Logf); err != nil {
+		p.cfg.Logf("%s: unmount: %v", rec.Mountpoint, err)
+		return
+	}
+	os.Remove(rec.Mountpoint)
 }
 
 // maxSocketPath is the longest path of a unix socket Linux takes.
@@ -198,8 +218,13 @@ func (p *Plugin) Stop() {
 	select {
 	case <-done:
 	case <-time.After(stopWait):
+		// Stop closes the connections, which ends GracefulStop; a handler
+		// still running (a call on a stuck mount) is not waited for.
 		p.server.Stop()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(stopWait):
+		}
 	}
 }
 

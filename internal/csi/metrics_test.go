@@ -93,10 +93,13 @@ func TestCSIVolumesGatherer(t *testing.T) {
 	}
 	// A volume whose server was started without metrics, and one whose
 	// server is still starting: not gathered.
-	for i, rec := range []*record{{VolumeID: "vol-plain", PID: os.Getpid()}, {VolumeID: "vol-starting", MetricsSocket: p.records.metricsSocket("/none")}} {
+	for i, rec := range []*record{{VolumeID: "vol-plain", PID: os.Getpid()}, {VolumeID: "vol-starting"}} {
 		rec.Target = filepath.Join(t.TempDir(), fmt.Sprint("other", i))
 		os.MkdirAll(rec.Target, 0o755)
 		rec.Mountpoint = rec.Target
+		if rec.VolumeID == "vol-starting" {
+			rec.MetricsSocket = p.records.metricsSocket(rec.Target) // not listening yet
+		}
 		if err := p.records.save(rec); err != nil {
 			t.Fatal(err)
 		}

@@ -7,11 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	mount "k8s.io/mount-utils"
 
 	"github.com/ztfs/ztfs/internal/mountproc"
 )
+
+// fuseType is the type of a ztfs mount in the mount table.
+const fuseType = "fuse.ztfs"
 
 // targetState is what the mount table says of a target path.
 type targetState struct {
@@ -36,13 +40,34 @@ func inspectTarget(target string) (targetState, error) {
 		}
 	}
 	if st.mounted {
-		var fs syscall.Statfs_t
-		err := syscall.Statfs(target, &fs)
-		// A request the kernel had queued when the server went away
-		// fails with ECONNABORTED, later ones with ENOTCONN.
-		st.dead = mount.IsCorruptedMnt(err) || errors.Is(err, syscall.ECONNABORTED)
+		st.dead = deadMount(target)
 	}
 	return st, nil
+}
+
+// statfsWait bounds the wait for a mount's server to answer statfs.
+const statfsWait = 2 * time.Second
+
+// deadMount reports whether the FUSE mount at target has lost its server:
+// statfs fails with ENOTCONN, or ECONNABORTED for a request the kernel had
+// queued when the server went away. A server that does not answer within
+// statfsWait (stopped, or stuck) is taken as alive, so that no publish,
+// unpublish or start waits on it; its statfs goes on, on a goroutine
+// that ends when the server answers or its connection ends.
+func deadMount(target string) bool {
+	result := make(chan error, 1)
+	go func() {
+		var fs syscall.Statfs_t
+		result <- syscall.Statfs(target, &fs)
+	}()
+	t := time.NewTimer(statfsWait)
+	defer t.Stop()
+	select {
+	case err := <-result:
+		return mount.IsCorruptedMnt(err) || errors.Is(err, syscall.ECONNABORTED)
+	case <-t.C:
+		return false
+	}
 }
 
 // escapeMountinfo writes path as /proc/self/mountinfo does: space, tab,

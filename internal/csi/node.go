@@ -111,6 +111,11 @@ func (p *Plugin) publish(ctx context.Context, id, target string, vol Volume, att
 		if st, err := inspectTarget(rec.Mountpoint); err == nil && st.mounted {
 			syscall.Unmount(rec.Mountpoint, syscall.MNT_DETACH)
 		}
+	} else {
+		// Nothing at the target: a record left of an earlier publish
+		// is replaced, and the mount it names in the plugin's folder
+		// (a volume served anew) must not outlive it.
+		p.releasePrivate(old)
 	}
 	if !vol.Remote() {
 		real, err := LocalPath(vol.Source, p.cfg.LocalRoots)
@@ -143,7 +148,9 @@ func (p *Plugin) publish(ctx context.Context, id, target string, vol Volume, att
 			// them.
 			p.records.save(old)
 		} else {
-			p.records.remove(target)
+			// The server's log stays for the error to point at;
+			// unpublish removes it.
+			p.records.forget(target)
 		}
 		code := codes.Internal
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -190,6 +197,13 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 	}
 	if rec != nil && rec.VolumeID != id {
 		return nil, status.Errorf(codes.NotFound, "%s: volume %s is published there, not %s", target, rec.VolumeID, id)
+	}
+	if rec == nil {
+		// No record: only a ztfs mount is the plugin's to remove (its
+		// record lost); another is someone else's.
+		if st, err := inspectTarget(target); err == nil && st.mounted && st.fsType != fuseType {
+			return nil, status.Errorf(codes.FailedPrecondition, "%s: a %s mount that this plugin did not publish; left alone", target, st.fsType)
+		}
 	}
 	pid, mountpoint := 0, ""
 	if rec != nil {

@@ -77,10 +77,19 @@ func (r records) load(target string) (*record, error) {
 		return nil, err
 	}
 	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Target != target {
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Target != target || !r.sound(&rec) {
 		return nil, fmt.Errorf("%s: not a record of %s", r.path(target), target)
 	}
 	return &rec, nil
+}
+
+// sound reports whether rec's paths are the ones the plugin gives its
+// target: what unpublish unmounts and removes, and the socket the
+// metrics are asked at, are never taken from a file as they are.
+func (r records) sound(rec *record) bool {
+	return (rec.Mountpoint == rec.Target || rec.Mountpoint == r.private(rec.Target)) &&
+		(rec.MetricsSocket == "" || rec.MetricsSocket == r.metricsSocket(rec.Target)) &&
+		(rec.LogFile == "" || rec.LogFile == r.logFile(rec.Target))
 }
 
 // save replaces the record of rec.Target atomically.
@@ -111,7 +120,7 @@ func (r records) all(logf func(string, ...any)) []*record {
 		if err == nil {
 			err = json.Unmarshal(b, &rec)
 		}
-		if err != nil || rec.Target == "" || r.path(rec.Target) != p {
+		if err != nil || rec.Target == "" || r.path(rec.Target) != p || !r.sound(&rec) {
 			logf("%s: not a record of a volume; left alone", p)
 			continue
 		}
@@ -124,6 +133,12 @@ func (r records) all(logf func(string, ...any)) []*record {
 // socket a server killed left.
 func (r records) remove(target string) error {
 	os.Remove(r.logFile(target))
+	return r.forget(target)
+}
+
+// forget deletes the record of target and the metrics socket a server
+// killed left, keeping the server's log.
+func (r records) forget(target string) error {
 	os.Remove(r.metricsSocket(target))
 	if err := os.Remove(r.path(target)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

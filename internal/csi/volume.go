@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -122,6 +123,11 @@ func ParseVolume(attrs map[string]string, localRoots []string) (Volume, error) {
 	if s, ok := attrs[attrAWSEndpointURL]; ok {
 		if !strings.HasPrefix(s, "http://") && !strings.HasPrefix(s, "https://") || strings.ContainsAny(s, " \t\n\x00") {
 			return v, fmt.Errorf("volume attribute %q: %q is not an http:// or https:// URL", attrAWSEndpointURL, source.Redact(s))
+		}
+		// The attribute is recorded on disk and put in the server's
+		// environment: credentials go in the volume's secret instead.
+		if u, err := url.Parse(s); err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return v, fmt.Errorf("volume attribute %q: %q is not an endpoint URL (a scheme and a host, no credentials or query: the keys go in the volume's secret)", attrAWSEndpointURL, source.Redact(s))
 		}
 		v.AWSEndpointURL = s
 	}
@@ -259,7 +265,7 @@ func checkCapability(c *csi.VolumeCapability) error {
 		return errors.New("volume_capability has no access_type: it must be mount")
 	}
 	switch m.GetFsType() {
-	case "", "ztfs", "fuse.ztfs":
+	case "", "ztfs", fuseType:
 	default:
 		return fmt.Errorf("fs_type %q is not supported: a ztfs volume is fuse.ztfs", m.GetFsType())
 	}

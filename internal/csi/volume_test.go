@@ -173,7 +173,8 @@ func TestListenEndpoint(t *testing.T) {
 // taken for it.
 func TestRecords(t *testing.T) {
 	r := records{t.TempDir()}
-	rec := &record{VolumeID: "v", Target: "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/m/mount", Mountpoint: "/m", Source: "hf://o/m", Digest: "d", PID: 7, Attributes: map[string]string{"source": "hf://o/m"}}
+	rec := &record{VolumeID: "v", Target: "/var/lib/kubelet/pods/x/volumes/kubernetes.io~csi/m/mount", Source: "hf://o/m", Digest: "d", PID: 7, Attributes: map[string]string{"source": "hf://o/m"}}
+	rec.Mountpoint = r.private(rec.Target)
 	if got, err := r.load(rec.Target); got != nil || err != nil {
 		t.Fatalf("load of nothing: %v, %v", got, err)
 	}
@@ -192,6 +193,20 @@ func TestRecords(t *testing.T) {
 	}
 	if err := r.remove(rec.Target); err != nil {
 		t.Error(err)
+	}
+	// A record whose paths are not the ones the plugin gives its target
+	// (what unpublish would unmount and remove) is not taken.
+	for _, bad := range []record{{Mountpoint: "/etc"}, {Mountpoint: rec.Target, MetricsSocket: "/run/other.sock"}, {Mountpoint: rec.Target, LogFile: "/etc/passwd"}} {
+		bad.VolumeID, bad.Target = "v", rec.Target
+		if err := r.save(&bad); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := r.load(rec.Target); got != nil || err == nil {
+			t.Errorf("a record with %+v was taken", bad)
+		}
+		if all := r.all(func(string, ...any) {}); len(all) != 0 {
+			t.Errorf("all took a record with %+v", bad)
+		}
 	}
 }
 
@@ -232,6 +247,13 @@ func TestSweep(t *testing.T) {
 // A remote source that no open could take is InvalidArgument at once,
 // before a server is started for it.
 func TestParseVolumeRemoteForm(t *testing.T) {
+	for _, ep := range []string{"http://key:s3cr3t@host:9000", "https://host?X-Amz-Signature=s3cr3t", "http://"} {
+		if _, err := ParseVolume(map[string]string{"source": "s3://b/k", "awsEndpointUrl": ep}, nil); err == nil {
+			t.Errorf("awsEndpointUrl %q accepted", ep)
+		} else if strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("awsEndpointUrl %q: %v shows the credential", ep, err)
+		}
+	}
 	for _, src := range []string{"hf://org", "hf://spaces/org/app", "hf://user:s3cr3t@org/m", "s3://", "http:///x"} {
 		if _, err := ParseVolume(map[string]string{"source": src}, nil); err == nil {
 			t.Errorf("source %q accepted", src)

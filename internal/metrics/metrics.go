@@ -29,9 +29,6 @@ import (
 type Options struct {
 	// Version is the ztfs version, in ztfs_build_info.
 	Version string
-	// Labels are added to every series (the Go and process collectors'
-	// too).
-	Labels prometheus.Labels
 }
 
 // readBuckets are the bounds of the read-latency histogram, in seconds: a
@@ -74,7 +71,7 @@ type kindMetrics struct {
 // own with the Go and process collectors.
 func New(o Options) *Mount {
 	m := &Mount{reg: prometheus.NewRegistry(), sources: map[string]*sourceObserver{}}
-	r := prometheus.WrapRegistererWith(o.Labels, m.reg)
+	r := m.reg
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "ztfs_build_info", Help: "Always 1: the ztfs version serving the mount.",
 		ConstLabels: prometheus.Labels{"version": o.Version}})

@@ -27,7 +27,8 @@ const (
 
 // Exited reports whether process pid is gone or a zombie.
 func Exited(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
+	// EPERM is a live process of another user's.
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
 		return true
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
