@@ -135,16 +135,6 @@ func unmountAll(path string, pid int, logf func(string, ...any)) (bool, error) {
 	return true, fmt.Errorf("%s: still mounted after %d unmounts", path, maxLayers)
 }
 
-// pidAt is the server whose mount is the one at target: pid when the
-// server mounted there itself, else none (the target holds a bind of the
-// server's mount, which does not keep it busy).
-func pidAt(target, mountpoint string, pid int) int {
-	if mountpoint == target {
-		return pid
-	}
-	return 0
-}
-
 // bindReadOnly binds the mount at from over to, read-only, nosuid and
 // nodev as the volume's own mount is.
 func bindReadOnly(from, to string) error {

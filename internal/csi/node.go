@@ -214,7 +214,9 @@ func (n node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVol
 	}
 	// The target holds the volume's mount, or, once it was served anew,
 	// the dead mount and the binds of the servers that came after it.
-	mounted, err := unmountAll(target, pidAt(target, mountpoint, pid), n.p.cfg.Logf)
+	// The server is told to let its stuck reads go for a busy bind of its
+	// mount as for its mount: the pods' readers hold either.
+	mounted, err := unmountAll(target, pid, n.p.cfg.Logf)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%s: unmount: %v", target, err)
 	}

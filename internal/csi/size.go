@@ -21,7 +21,11 @@ func ParseSize(s string) (int64, error) {
 	mult, ok := sizeUnits[unit]
 	if !ok {
 		if _, ambiguous := ambiguousUnits[unit]; ambiguous {
-			return 0, fmt.Errorf("%q: %s is binary to ztfs and decimal to Kubernetes; write %si (or %siB) for 2^n, %s for 10^n", s, unit, unit[:1], unit[:1], unit[:1])
+			binary, decimal := strings.ToUpper(unit[:1]), unit[:1]
+			if binary == "K" {
+				binary, decimal = "K", "k" // Ki, KiB and k: Kubernetes' spellings
+			}
+			return 0, fmt.Errorf("%q: %s is binary to ztfs and decimal to Kubernetes; write %si (or %siB) for 2^n, %s for 10^n", s, unit, binary, binary, decimal)
 		}
 		return 0, fmt.Errorf("%q: unknown unit %q (Ki, Mi, Gi, Ti, Pi, Ei; KiB ... EiB; k, M, G, T, P, E)", s, unit)
 	}

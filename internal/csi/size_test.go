@@ -24,6 +24,9 @@ func TestParseSize(t *testing.T) {
 		"": "not a size", "Mi": "not a size", "-1Mi": "not a size", "1GB": "binary to ztfs", "512MB": "binary to ztfs",
 		"1K": "binary to ztfs", "1 Zi": "unknown unit", "1.1": "whole number", "0.1Ki": "whole number",
 		"8Ei": "more than", "1e30": "more than", "abc": "not a size", "1.2.3": "unknown unit", "1e-3": "whole number",
+		// The advice names spellings that parse.
+		"2kB": "write Ki (or KiB) for 2^n, k for 10^n", "2KB": "write Ki (or KiB) for 2^n, k for 10^n",
+		"2MB": "write Mi (or MiB) for 2^n, M for 10^n",
 	} {
 		if _, err := ParseSize(in); err == nil || !strings.Contains(err.Error(), why) {
 			t.Errorf("ParseSize(%q): %v, want an error saying %q", in, err, why)
