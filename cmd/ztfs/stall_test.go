@@ -95,13 +95,27 @@ func readTensor(mnt, name string, off, n int64) ([]byte, time.Duration, error) {
 	return buf[:k], time.Since(start), err
 }
 
+// stallRetryForVar sets the --retry-for of the stall tests (5s when
+// unset): ZTFS_STALL_RETRY_FOR=60s measures the bound of the default.
+const stallRetryForVar = "ZTFS_STALL_RETRY_FOR"
+
+// stallRetryFor is the stall tests' --retry-for.
+func stallRetryFor(t *testing.T) time.Duration {
+	v := os.Getenv(stallRetryForVar)
+	if v == "" {
+		return 5 * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q is not a duration above 0", stallRetryForVar, v)
+	}
+	return d
+}
+
 // stallBound is how long an uncached read may take with the server
-// stalled, for --retry-for 5s: the bound is retry-for plus a few seconds,
-// and what a loaded 2-core machine adds.
-const (
-	stallRetryFor = 5 * time.Second
-	stallBound    = stallRetryFor + 4*time.Second
-)
+// stalled: retry-for plus a few seconds, and what a loaded 2-core machine
+// adds.
+func stallBound(t *testing.T) time.Duration { return stallRetryFor(t) + 4*time.Second }
 
 // checkStalledReads is the heart of the stall tests: with the mount at mnt
 // serving m through proxy, a few tensors read, the proxy stalls (accepts
@@ -155,18 +169,18 @@ func checkStalledReads(t *testing.T, m *stallModel, mnt, logPath string, proxy *
 		if !errors.Is(r.err, syscall.EIO) {
 			t.Errorf("%s: %v after %v, want EIO", r.name, r.err, r.took)
 		}
-		if r.took > stallBound {
-			t.Errorf("%s: EIO after %v, want within %v (--retry-for %v plus a few seconds)", r.name, r.took.Round(time.Millisecond), stallBound, stallRetryFor)
+		if r.took > stallBound(t) {
+			t.Errorf("%s: EIO after %v, want within %v (--retry-for %v plus a few seconds)", r.name, r.took.Round(time.Millisecond), stallBound(t), stallRetryFor(t))
 		}
 	}
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	t.Logf("16 stalled readers: EIO after %v to %v (--retry-for %v)", took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), stallRetryFor)
+	t.Logf("16 stalled readers: EIO after %v to %v (--retry-for %v)", took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), stallRetryFor(t))
 	if log := mustRead(t, logPath); !strings.Contains(log, "gave up") {
 		t.Errorf("the log does not say why the reads failed:\n%s", log)
 	}
 
 	proxy.Set(testenv.Fault{})
-	deadline := time.Now().Add(stallBound)
+	deadline := time.Now().Add(stallBound(t))
 	for _, name := range readers[:14] {
 		for {
 			got, _, err := readTensor(mnt, name, 0, stallTensorSize)
@@ -190,7 +204,7 @@ func TestStalledServerHTTP(t *testing.T) {
 	base, _ := testenv.StartNginx(t, m.dir, false)
 	proxy := testenv.StartFaultProxy(t, base)
 	logPath := filepath.Join(t.TempDir(), "log")
-	mnt := mountBackground(t, "--no-cache-dir", "--retry-for", stallRetryFor.String(), "--log-file", logPath, proxy.URL(base)+"/model.zt")
+	mnt := mountBackground(t, "--no-cache-dir", "--retry-for", stallRetryFor(t).String(), "--log-file", logPath, proxy.URL(base)+"/model.zt")
 	checkStalledReads(t, m, mnt, logPath, proxy)
 	if r := run(t, "unmount", mnt); r.code != 0 {
 		t.Errorf("unmount: %+v", r)
@@ -205,7 +219,7 @@ func TestStalledServerS3(t *testing.T) {
 	proxy := testenv.StartFaultProxy(t, srv.Endpoint)
 	logPath := filepath.Join(t.TempDir(), "log")
 	mnt := t.TempDir()
-	cmd := exec.Command(binary, "mount", "--no-cache-dir", "--retry-for", stallRetryFor.String(), "--log-file", logPath, srv.URL("model.zt"), mnt)
+	cmd := exec.Command(binary, "mount", "--no-cache-dir", "--retry-for", stallRetryFor(t).String(), "--log-file", logPath, srv.URL("model.zt"), mnt)
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+proxy.URL(srv.Endpoint), "AWS_ACCESS_KEY_ID="+srv.AccessKey,
 		"AWS_SECRET_ACCESS_KEY="+srv.SecretKey, "AWS_REGION="+srv.Region)
 	if out, err := cmd.CombinedOutput(); err != nil {
