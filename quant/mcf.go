@@ -1,10 +1,10 @@
 package quant
 
-// MCF block quantization (q8, q4, k6, k4, k3, k2), bit-exact with mantle,
-// the format's only implementation: the reconstruction of its decoder
-// (internal/backend/core/quant_cache.go) and the quantizer of its
-// "quantize" command (cmd/mantle/quantize.go), plus the bare int8/int4 codes
-// its "pack --quant-embed" writes. The payload's geometry is
+// MCF block quantization (q8, q4, k6, k4, k3, k2), bit-exact with mantle
+// (the repository samcharles93/mantle), the format's only implementation:
+// the reconstruction of its decoder and the quantizer of its "quantize"
+// command, plus the bare int8/int4 codes its "pack --quant-embed" writes
+// (docs/formats/mcf.md). The payload's geometry is
 // quant/mcflayout's; the functions here do the per-block arithmetic.
 
 import (

@@ -178,7 +178,8 @@ func TestPackUnpack(t *testing.T) {
 }
 
 func TestRLEVectors(t *testing.T) {
-	// Upstream's own test vectors (rust/tensogram-encodings/src/bitmask/rle.rs).
+	// Upstream's own test vectors: the RLE bitmask tests of ECMWF
+	// Tensogram's Rust encodings crate (docs/formats/tensogram.md).
 	cases := []struct {
 		elems []byte
 		body  []byte
