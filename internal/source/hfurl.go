@@ -244,6 +244,11 @@ func (r hfRef) String() string {
 		if !hfSpecialRef.MatchString(rev) || hfSpecialRef.FindString(rev) != rev {
 			rev = strings.ReplaceAll(url.PathEscape(rev), "%40", "@")
 		}
+		if rev == "refs" && hfSpecialRef.MatchString("refs/"+r.path) {
+			// A branch named refs before the path pr/N would read back
+			// as the pull request's ref: its name is escaped.
+			rev = "%72efs"
+		}
 		s += "@" + rev
 	}
 	if r.path != "" {
