@@ -129,10 +129,13 @@ func runWarm(src string, globs []string, f warmFlags, stdout, stderr io.Writer, 
 // cache.
 func warmSourceOptions(f warmFlags, disk *source.DiskCache, logf func(string, ...any), notef func(string)) *source.Options {
 	o := &source.Options{}
-	o.HTTP = source.HTTPOptions{RetryFor: f.retryFor, Disk: disk, Logf: logf, Notef: notef, MaxAhead: -1}
+	// One client for every file: the files of a model share connections
+	// (the command's process ends with them).
+	client := source.NewClient()
+	o.HTTP = source.HTTPOptions{Client: client, RetryFor: f.retryFor, Disk: disk, Logf: logf, Notef: notef, MaxAhead: -1}
 	o.S3 = source.S3Options{RetryFor: f.retryFor, Disk: disk, Logf: logf, Notef: notef, MaxAhead: -1}
 	hf := source.HFOptionsFromEnv(os.Getenv)
-	o.HF = source.HFOptions{Endpoint: hf.Endpoint, Token: hf.Token, HubCache: hf.HubCache, RetryFor: f.retryFor, Disk: disk,
+	o.HF = source.HFOptions{Client: client, Endpoint: hf.Endpoint, Token: hf.Token, HubCache: hf.HubCache, RetryFor: f.retryFor, Disk: disk,
 		Logf: logf, Notef: notef, MaxAhead: -1}
 	return o
 }

@@ -95,6 +95,13 @@ func TestHFOpenBudget(t *testing.T) {
 			len(hub), len(storage), fetched, max)
 	}
 	t.Logf("%d shards of %d MiB and %d other files: %d requests to the Hub, %d to the storage, %d KiB of shards", shards, size>>20, plain, len(hub), len(storage), fetched>>10)
+	// The files share the mount's connections: the requests made one
+	// after another (the revision, the listing, then the files' opens,
+	// made at once) do not each open one.
+	if conns := h.Connections("hub"); conns >= len(hub) {
+		t.Errorf("%d requests to the Hub took %d connections: none was reused", len(hub), conns)
+	}
+	t.Logf("%d connections to the Hub, %d to the storage", h.Connections("hub"), h.Connections("storage"))
 	if hub[0].Path != "/api/models/org/model/revision/main" || !strings.HasPrefix(hub[1].Path, "/api/models/org/model/tree/") {
 		t.Errorf("the first requests: %s, %s", hub[0].Path, hub[1].Path)
 	}

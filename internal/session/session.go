@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,6 +120,10 @@ type Session struct {
 
 	// src configures the remote sources, by scheme.
 	src source.Options
+	// client is the HTTP client of the HTTP(S) and Hub sources made here
+	// (none was given), shared by all of them; Close closes its idle
+	// connections.
+	client *http.Client
 	// observers are Options.Observers, for the local files.
 	observers source.Observers
 	// kept are remote sources opened before their turn (a remote folder's
@@ -139,6 +144,13 @@ func (s *Session) Source() source.Source { return s.Sources[0] }
 func Open(path string, opts Options) (*Session, error) {
 	s := &Session{src: source.Options{HTTP: opts.Remote, S3: opts.S3, HF: opts.HF}, observers: opts.Observers}
 	h, s3, hf := &s.src.HTTP, &s.src.S3, &s.src.HF
+	if h.Client == nil && hf.Client == nil && source.IsRemote(path) {
+		// One client for every file of the mount: a model's shards on
+		// one server (or the Hub and its storage) share connections
+		// rather than each open paying for its own TLS handshakes.
+		s.client = source.NewClient()
+		h.Client, hf.Client = s.client, s.client
+	}
 	if opts.Observers != nil {
 		h.Observers, s3.Observers, hf.Observers = opts.Observers, opts.Observers, opts.Observers
 	}
@@ -581,6 +593,9 @@ func (s *Session) Close() error {
 	err := s.closeSources()
 	if s.Disk != nil {
 		s.Disk.Close()
+	}
+	if s.client != nil {
+		s.client.CloseIdleConnections()
 	}
 	return err
 }

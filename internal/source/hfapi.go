@@ -29,6 +29,9 @@ const (
 	// maxHFRedirects bounds the redirects of one request, as net/http's
 	// default policy does.
 	maxHFRedirects = 10
+	// maxRedirectBody is how much of a redirect's body is read so that
+	// its connection is kept; a longer one is dropped with it.
+	maxRedirectBody = 64 << 10
 	// maxHTTPDownload is the size above which the Hub has no plain
 	// download of a file stored with Xet (huggingface_hub's
 	// MAX_HTTP_DOWNLOAD_SIZE): only its reconstruction protocol serves it.
@@ -141,6 +144,9 @@ func (h *hubClient) send(ctx context.Context, method, target string, header http
 		if resp.StatusCode/100 != 3 || loc == "" || resp.StatusCode == http.StatusNotModified {
 			return resp, nil
 		}
+		// A redirect's short body read to its end keeps the connection
+		// for the next request (net/http closes it otherwise).
+		io.CopyN(io.Discard, resp.Body, maxRedirectBody)
 		resp.Body.Close()
 		if onHop != nil && h.sameOrigin(u) {
 			if f := onHop(resp); f != nil {

@@ -232,6 +232,13 @@ func OpenHTTP(ctx context.Context, rawURL string, opts HTTPOptions) (*HTTP, erro
 	return s, nil
 }
 
+// NewClient returns the HTTP client the remote sources use when given
+// none: timeouts for a connection, a TLS handshake and a reply's headers,
+// the environment's proxy. The sources of one mount share one, so that
+// its files (a model's shards) reuse its connections; its owner closes
+// its idle connections when they are all closed.
+func NewClient() *http.Client { return defaultClient() }
+
 func defaultClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = http.ProxyFromEnvironment

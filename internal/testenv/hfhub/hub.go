@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -87,6 +88,7 @@ type Hub struct {
 	limited int               // the next requests answered 429
 	wait    int               // the t= of those 429s
 	log     map[string][]Request
+	conns   map[string]int // connections opened, by origin
 	seq     int
 	key     []byte
 }
@@ -95,14 +97,34 @@ type Hub struct {
 func New(t testing.TB) *Hub {
 	t.Helper()
 	h := &Hub{PageSize: 1000, repos: map[string]*repo{}, renamed: map[string]string{}, blobs: map[string][]byte{}, tamper: map[string][]byte{},
-		log: map[string][]Request{}, key: []byte(fmt.Sprintf("stand-in %d", time.Now().UnixNano()))}
-	h.hub = httptest.NewServer(http.HandlerFunc(h.serveHub))
-	h.storage = httptest.NewServer(http.HandlerFunc(h.serveStorage))
+		log: map[string][]Request{}, conns: map[string]int{}, key: []byte(fmt.Sprintf("stand-in %d", time.Now().UnixNano()))}
+	start := func(origin string, handler http.HandlerFunc) *httptest.Server {
+		srv := httptest.NewUnstartedServer(handler)
+		srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				h.mu.Lock()
+				h.conns[origin]++
+				h.mu.Unlock()
+			}
+		}
+		srv.Start()
+		return srv
+	}
+	h.hub = start("hub", h.serveHub)
+	h.storage = start("storage", h.serveStorage)
 	t.Cleanup(func() {
 		h.hub.Close()
 		h.storage.Close()
 	})
 	return h
+}
+
+// Connections returns how many connections origin ("hub" or "storage")
+// accepted since the last ResetLog.
+func (h *Hub) Connections(origin string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns[origin]
 }
 
 // URL is the Hub's endpoint (HF_ENDPOINT).
@@ -226,6 +248,7 @@ func (h *Hub) ResetLog() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.log = map[string][]Request{}
+	h.conns = map[string]int{}
 }
 
 // Files returns the files of a commit, by path: the truth tests compare
