@@ -68,6 +68,9 @@ type DiskCache struct {
 	lock  *os.File
 	mu    sync.Mutex // this process's turn: a flock is the open file's, not a goroutine's
 	local usage
+	// seenUsed is the count as the last turn at the lock left it: what
+	// Used says when the lock is busy.
+	seenUsed atomic.Int64
 	// owner names this process's temporary files, ownerHost the machine
 	// and PID namespace in them.
 	owner, ownerHost string
@@ -176,12 +179,13 @@ func (d *DiskCache) Limit() int64 { return d.limit }
 
 // Used returns the bytes of blocks in the directory, as every process that
 // uses it counts them (this process's own count where there is no flock).
+// It never waits: while the lock is busy (another process's turn, or this
+// one's writers waiting for it) it is the count as the last turn left it,
+// so that a status or a metrics scrape does not wait on the directory.
 func (d *DiskCache) Used() int64 {
 	var used int64
-	if d.locked(func(u *usage) { used = u.used }) != nil {
-		d.mu.Lock()
-		used = d.local.used
-		d.mu.Unlock()
+	if !d.tryLocked(func(u *usage) { used = u.used }) {
+		used = d.seenUsed.Load()
 	}
 	return used
 }
@@ -271,6 +275,7 @@ func (d *DiskCache) turn(f func(u *usage), take func(fd int) error) error {
 			}
 		}
 		f(&d.local)
+		d.seenUsed.Store(d.local.used)
 		return nil
 	}
 	fd := int(d.lock.Fd())
@@ -292,6 +297,7 @@ func (d *DiskCache) turn(f func(u *usage), take func(fd int) error) error {
 	}
 	f(&u)
 	d.local = u
+	d.seenUsed.Store(u.used)
 	if u != before {
 		copy(b[:], usageMagic)
 		binary.LittleEndian.PutUint64(b[8:], uint64(u.used))

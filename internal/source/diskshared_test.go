@@ -310,6 +310,12 @@ func TestDiskCacheLockWaitBound(t *testing.T) {
 	if files := blockFiles(t, dir); len(files) != 0 {
 		t.Errorf("%d block files written without a turn at the lock", len(files))
 	}
+	// Used and Stats (a status, a metrics scrape) do not wait for it.
+	start = time.Now()
+	d.Stats()
+	if took := time.Since(start); took > d.lockWait/2 {
+		t.Errorf("Stats took %v while another process held the lock", took.Round(time.Millisecond))
+	}
 }
 
 // A read does not wait for the disk: while another process holds the
