@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -474,6 +476,25 @@ func TestHFRefusedEndpointHint(t *testing.T) {
 		t.Errorf("the open failed after %v", took)
 	}
 	if h := ErrorHint(err); !strings.Contains(h, "nothing listens at 127.0.0.1:1") {
+		t.Errorf("hint %q", h)
+	}
+}
+
+// An endpoint whose certificate is not trusted fails at once, with the
+// hint an https:// URL's open gives.
+func TestHFUntrustedEndpointHint(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer srv.Close()
+	o := &Options{HF: HFOptions{Endpoint: srv.URL, RetryFor: 30 * time.Second}}
+	start := time.Now()
+	_, err := statHF(context.Background(), "hf://org/repo", o)
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("stat: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the open failed after %v", took)
+	}
+	if h := ErrorHint(err); !strings.Contains(h, "SSL_CERT_FILE") {
 		t.Errorf("hint %q", h)
 	}
 }

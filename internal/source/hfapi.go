@@ -2,8 +2,6 @@ package source
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,8 +184,9 @@ func (h *hubClient) transportFailure(err error, ctx context.Context) *failure {
 		cause = ue.Err
 	}
 	f := &failure{kind: transient, reason: h.scrub(cause.Error())}
-	if isCertificateError(err) {
-		f.kind = fatal
+	if hint := certificateHint(err); hint != "" {
+		// No retry makes a certificate trusted.
+		f.kind, f.hint = fatal, hint
 	}
 	return f
 }
@@ -235,18 +234,6 @@ func (h *hubClient) hubFailure(resp *http.Response, ref hfRef, what string) (*fa
 		f.reason += ": " + h.scrub(oneLine(msg))
 	}
 	return withServerWait(f, resp.Header, time.Now()), nil
-}
-
-// isCertificateError reports whether err is a certificate the client
-// does not trust: no retry helps.
-func isCertificateError(err error) bool {
-	var (
-		verify    *tls.CertificateVerificationError
-		authority x509.UnknownAuthorityError
-		hostname  x509.HostnameError
-		invalid   x509.CertificateInvalidError
-	)
-	return errors.As(err, &verify) || errors.As(err, &authority) || errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 // oneLine cuts a server's message to its first line and 200 bytes.
