@@ -510,10 +510,7 @@ func resolvePath(path string) string {
 // serverGone reports whether the FUSE mount at path has lost its server.
 // statfs always reaches the server, unlike a stat the kernel may answer
 // from its cache.
-func serverGone(path string) bool {
-	var st syscall.Statfs_t
-	return errors.Is(syscall.Statfs(path, &st), syscall.ENOTCONN)
-}
+func serverGone(path string) bool { return mountproc.Dead(path) }
 
 // startBackground starts this program again as the server, in the
 // foreground of a new session, and returns once it reports that the mount

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	mount "k8s.io/mount-utils"
 
@@ -40,34 +39,9 @@ func inspectTarget(target string) (targetState, error) {
 		}
 	}
 	if st.mounted {
-		st.dead = deadMount(target)
+		st.dead = mountproc.Dead(target)
 	}
 	return st, nil
-}
-
-// statfsWait bounds the wait for a mount's server to answer statfs.
-const statfsWait = 2 * time.Second
-
-// deadMount reports whether the FUSE mount at target has lost its server:
-// statfs fails with ENOTCONN, or ECONNABORTED for a request the kernel had
-// queued when the server went away. A server that does not answer within
-// statfsWait (stopped, or stuck) is taken as alive, so that no publish,
-// unpublish or start waits on it; its statfs goes on, on a goroutine
-// that ends when the server answers or its connection ends.
-func deadMount(target string) bool {
-	result := make(chan error, 1)
-	go func() {
-		var fs syscall.Statfs_t
-		result <- syscall.Statfs(target, &fs)
-	}()
-	t := time.NewTimer(statfsWait)
-	defer t.Stop()
-	select {
-	case err := <-result:
-		return mount.IsCorruptedMnt(err) || errors.Is(err, syscall.ECONNABORTED)
-	case <-t.C:
-		return false
-	}
 }
 
 // escapeMountinfo writes path as /proc/self/mountinfo does: space, tab,

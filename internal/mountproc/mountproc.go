@@ -1,6 +1,7 @@
 // Package mountproc is what the commands (ztfs unmount, a mount's own
 // server) and the CSI plugin share about a mount's server process:
-// whether it has exited, a bounded wait for it to, and the unmount of a
+// whether it has exited or left its mount (Dead), a bounded wait for it
+// to, and the unmount of a
 // mount that is busy with reads waiting on a remote server that does not
 // answer, whose server is first made to fail them so that their readers
 // can let go.
@@ -23,7 +24,31 @@ const (
 	// ExitWait bounds the wait for a server to exit once its mount is
 	// gone: it closes its sources, which cancels what it waits for.
 	ExitWait = 5 * time.Second
+	// StatfsWait bounds Dead's wait for a mount's server to answer.
+	StatfsWait = 2 * time.Second
 )
+
+// Dead reports whether the FUSE mount at path has lost its server: statfs
+// fails with ENOTCONN, or ECONNABORTED for a request the kernel had queued
+// when the server went away. A server that does not answer within
+// StatfsWait (stopped, or stuck) is taken as alive, so that no command or
+// call waits on it; its statfs goes on, on a goroutine that ends when the
+// server answers or its connection ends.
+func Dead(path string) bool {
+	result := make(chan error, 1)
+	go func() {
+		var fs syscall.Statfs_t
+		result <- syscall.Statfs(path, &fs)
+	}()
+	t := time.NewTimer(StatfsWait)
+	defer t.Stop()
+	select {
+	case err := <-result:
+		return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
+	case <-t.C:
+		return false
+	}
+}
 
 // Exited reports whether process pid is gone or a zombie.
 func Exited(pid int) bool {
