@@ -280,6 +280,7 @@ func serve(source, mountpoint string, f mountFlags, opts mountOptions, secret se
 	if f.logFile == "" && logPath != "" {
 		pruneOtherLogs(logPath, logf)
 	}
+	pruneStaleStates(logf)
 	var srv *metrics.Server
 	if m != nil {
 		if srv, err = metrics.Listen(f.metricsAddr, m.Registry(), logf); err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -146,6 +147,26 @@ func (s *mountState) write(path string) error {
 }
 
 // readState reads a server's state file.
+// pruneStaleStates removes the state files whose server is gone: a
+// server killed (or a CSI plugin's container ended) leaves its file, which
+// no later server of that mountpoint may come to replace.
+func pruneStaleStates(logf func(string, ...any)) {
+	paths, _ := filepath.Glob(filepath.Join(stateDir(), "*.json"))
+	removed := 0
+	for _, p := range paths {
+		st, err := readState(p)
+		if err != nil || st.PID <= 0 || syscall.Kill(st.PID, 0) != syscall.ESRCH {
+			continue
+		}
+		if os.Remove(p) == nil {
+			removed++
+		}
+	}
+	if removed > 0 {
+		logf("removed %s of servers that are gone from %s", count(removed, "state file"), stateDir())
+	}
+}
+
 func readState(path string) (*mountState, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

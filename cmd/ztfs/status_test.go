@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -292,5 +293,34 @@ func TestStatusTable(t *testing.T) {
 		if !strings.Contains(wide, want) {
 			t.Errorf("status --wide lacks %q:\n%s", want, wide)
 		}
+	}
+}
+
+// The state files of servers that are gone are removed when a server
+// starts; a live server's is kept.
+func TestPruneStaleStates(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("ZTFS_STATE_DIR", dir)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPath, livePath := filepath.Join(dir, "dead.json"), filepath.Join(dir, "live.json")
+	for path, pid := range map[string]int{deadPath: gone.Process.Pid, livePath: os.Getpid()} {
+		st := mountState{Source: "s", Mountpoint: "/m", PID: pid}
+		if err := st.write(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logged []string
+	pruneStaleStates(func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
+	if _, err := os.Stat(deadPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the state file of a server that is gone is still there: %v", err)
+	}
+	if _, err := os.Stat(livePath); err != nil {
+		t.Errorf("the state file of a live server was removed: %v", err)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "removed 1 state file") {
+		t.Errorf("logged %q", logged)
 	}
 }
