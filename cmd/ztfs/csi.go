@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -222,27 +221,20 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sc := newReadyScanner(r)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
 	}()
-	var last string
-	var notes []string
+	var ready readyReport
 	for done := false; !done; {
 		select {
 		case l, ok := <-lines:
-			switch {
-			case !ok:
+			if !ok {
 				done = true
-			case strings.HasPrefix(l, warningPrefix):
-				s.logf("%s: %s", req.Target, strings.TrimPrefix(l, warningPrefix))
-			case strings.HasPrefix(l, hintPrefix):
-				notes = append(notes, "hint: "+strings.TrimPrefix(l, hintPrefix))
-			case strings.TrimSpace(l) != "":
-				last = l
+				break
 			}
+			ready.add(l, func(w string) { s.logf("%s: %s", req.Target, w) })
 		case <-ctx.Done():
 			child.Process.Kill()
 			for range lines {
@@ -251,7 +243,7 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 			return 0, fmt.Errorf("%s: the server did not serve in time (%w)%s", v.Name(), ctx.Err(), logNote(req.LogFile))
 		}
 	}
-	if last == "ready" {
+	if ready.last == "ready" {
 		// Reaped here while the plugin runs; a plugin started again
 		// finds the server by its record and /proc.
 		go func() {
@@ -261,10 +253,14 @@ func (s *volumeServers) Start(ctx context.Context, req csi.StartRequest) (int, e
 		return pid, nil
 	}
 	err = child.Wait()
-	if last == "" {
+	if ready.last == "" {
 		return 0, fmt.Errorf("%s: the server exited before the mount was ready (%v)%s", v.Name(), exitStatus(err), logNote(req.LogFile))
 	}
-	return 0, errors.New(strings.Join(append([]string{last}, notes...), "; "))
+	notes := []string{ready.last}
+	for _, h := range ready.hints {
+		notes = append(notes, "hint: "+h)
+	}
+	return 0, errors.New(strings.Join(notes, "; "))
 }
 
 // environ is the server's environment: the plugin's without any secret,

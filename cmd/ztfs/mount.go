@@ -556,25 +556,13 @@ func startBackground(source, mountpoint string) error {
 		case <-watching:
 		}
 	}()
-	var line string
-	var hints []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var ready readyReport
+	sc := newReadyScanner(r)
 	for sc.Scan() {
-		l := sc.Text()
-		if w, ok := strings.CutPrefix(l, warningPrefix); ok {
-			fmt.Fprintf(os.Stderr, "ztfs: %s\n", w)
-			continue
-		}
-		if h, ok := strings.CutPrefix(l, hintPrefix); ok {
-			hints = append(hints, h)
-			continue
-		}
-		if strings.TrimSpace(l) != "" {
-			line = l
-		}
+		ready.add(sc.Text(), func(w string) { fmt.Fprintf(os.Stderr, "ztfs: %s\n", w) })
 	}
 	close(watching)
+	line, hints := ready.last, ready.hints
 	select {
 	case sig := <-caught:
 		// A server that had mounted unmounts on its SIGTERM.
@@ -592,6 +580,32 @@ func startBackground(source, mountpoint string) error {
 		return fmt.Errorf("%s: the server exited before the mount was ready (%v)", mountpoint, state)
 	}
 	return &hintedError{errors.New(line), hints}
+}
+
+// readyReport is what a background server said on its ready pipe: its
+// last line ("ready", or why it could not mount) and its hints.
+type readyReport struct {
+	last  string
+	hints []string
+}
+
+// add sorts one line of the ready pipe: a warning goes to warn at once, a
+// hint is kept, and any other line that is not blank is the last word.
+func (r *readyReport) add(l string, warn func(string)) {
+	if w, ok := strings.CutPrefix(l, warningPrefix); ok {
+		warn(w)
+	} else if h, ok := strings.CutPrefix(l, hintPrefix); ok {
+		r.hints = append(r.hints, h)
+	} else if strings.TrimSpace(l) != "" {
+		r.last = l
+	}
+}
+
+// newReadyScanner reads a ready pipe's lines, of up to 1 MiB.
+func newReadyScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	return sc
 }
 
 // startServer starts exe as a mount's background server: ztfs mount
