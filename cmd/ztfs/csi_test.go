@@ -805,7 +805,7 @@ func TestCSIServerKilled(t *testing.T) {
 		}
 	}
 	kill()
-	if _, err := os.ReadFile(inPod); !deadMount(err) {
+	if err := readDead(inPod); !deadMount(err) {
 		t.Errorf("the pod reads a volume whose server was killed: %v", err)
 	}
 	p.mustPublish("vol-killed", target, attrs, secret)
@@ -954,7 +954,7 @@ func TestCSIContainerRestart(t *testing.T) {
 		}
 	}
 	for id, pod := range pods {
-		if _, err := os.ReadFile(pod.path("manifest.json")); !deadMount(err) {
+		if err := readDead(pod.path("manifest.json")); !deadMount(err) {
 			t.Errorf("%s: the pod reads a volume whose server was killed: %v", id, err)
 		}
 	}
@@ -971,7 +971,7 @@ func TestCSIContainerRestart(t *testing.T) {
 			t.Errorf("%s: the restarted plugin did not serve the volume anew: %v", id, err)
 		}
 	}
-	if _, err := os.ReadFile(pods["vol-secret"].path("manifest.json")); !deadMount(err) {
+	if err := readDead(pods["vol-secret"].path("manifest.json")); !deadMount(err) {
 		t.Errorf("vol-secret was served anew without its secret: %v", err)
 	}
 	for id, v := range vols {
@@ -990,6 +990,21 @@ func TestCSIContainerRestart(t *testing.T) {
 	if b := mustRead(t, "/proc/self/mountinfo"); strings.Contains(b, p.dir+"/pods/") || strings.Contains(b, p.state) {
 		t.Errorf("mounts are left:\n%s", b)
 	}
+}
+
+// readDead reads path on a mount whose server was just killed and returns
+// the error. An open right after the server's end was once answered EIO
+// (in CI, a volume's pod): the read is tried again, 3 times in all, while
+// the answer is EIO, so that deadMount judges the answer the mount keeps.
+func readDead(path string) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if _, err = os.ReadFile(path); !errors.Is(err, syscall.EIO) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
 }
 
 // deadMount reports whether err is what a FUSE mount whose server died
